@@ -1,0 +1,221 @@
+// Differentiable elementwise ops: each forward beside its VJP.
+#include "inplace.h"
+
+namespace ember {
+
+using autograd::record;
+using autograd::save;
+using autograd::fused_backward;
+using autograd::needs_input_grad;
+using ops::BinaryOp;
+using ops::UnaryOp;
+
+namespace {
+Tensor zeros_like_(const Tensor& t) {
+  Tensor z = ember::detail::make_tensor(t.sizes(), t.dtype(), t.device());
+  ops::fill_(z, 0);
+  return z;
+}
+// A tensor operand for a Scalar next to `t` (see ops::wrap_scalar).
+Tensor scalar_like(Scalar s, const Tensor& t) { return ops::wrap_scalar(s, t); }
+// The mask as a 0/1 tensor of g's dtype.
+Tensor as_weight(const Tensor& mask, const Tensor& g) { return ops::to(mask, g.device(), g.dtype()); }
+}  // namespace
+
+namespace autograd {
+Tensor fused_backward(ops::BinaryOp op, const Tensor& grad, const Tensor& saved) {
+  const char* name = ops::op_name(op);
+  return record(name, ops::binary(op, grad, saved), {grad, saved},
+                [name](const Tensor&) -> TensorList {
+                  throw NotImplementedError(str("[", name, "] double backward is not implemented"));
+                });
+}
+}  // namespace autograd
+
+// ---- arithmetic ----
+
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
+  Tensor bs = alpha.to_double() == 1.0 ? b : mul(b, scalar_like(alpha, b));
+  return record("add", ops::binary(BinaryOp::add, a, bs), {a, bs},
+                [sa = a.sizes(), sb = bs.sizes()](const Tensor& g) -> TensorList {
+                  return {sum_to(g, sa), sum_to(g, sb)};
+                });
+}
+
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
+  Tensor bs = alpha.to_double() == 1.0 ? b : mul(b, scalar_like(alpha, b));
+  return record("sub", ops::binary(BinaryOp::sub, a, bs), {a, bs},
+                [sa = a.sizes(), sb = bs.sizes()](const Tensor& g) -> TensorList {
+                  return {sum_to(g, sa), sum_to(neg(g), sb)};
+                });
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return record("mul", ops::binary(BinaryOp::mul, a, b), {a, b},
+                [a = save(a), b = save(b)](const Tensor& g) -> TensorList {
+                  return {needs_input_grad(0) ? sum_to(mul(g, b), a->sizes()) : Tensor(),
+                          needs_input_grad(1) ? sum_to(mul(g, a), b->sizes()) : Tensor()};
+                });
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  return record("div", ops::binary(BinaryOp::div, a, b), {a, b},
+                [a = save(a), b = save(b)](const Tensor& g, const Tensor& y) -> TensorList {
+                  return {sum_to(div(g, b), a->sizes()), sum_to(neg(div(mul(g, y), b)), b->sizes())};
+                });
+}
+
+Tensor pow(const Tensor& a, const Tensor& b) {
+  return record("pow", ops::binary(BinaryOp::pow, a, b), {a, b},
+                [a = save(a), b = save(b)](const Tensor& g, const Tensor& y) -> TensorList {
+                  Tensor ga = mul(mul(g, b), pow(a, sub(b, scalar_like(1, b))));
+                  Tensor gb = mul(mul(g, y), log(a));
+                  return {sum_to(ga, a->sizes()), sum_to(gb, b->sizes())};
+                });
+}
+
+Tensor pow(const Tensor& x, Scalar exponent) {
+  double p = exponent.to_double();
+  return record("pow", ops::unary(UnaryOp::pow_scalar, x, {p, 0}), {x},
+                [x = save(x), p](const Tensor& g) -> TensorList {
+                  return {mul(g, mul(pow(x, p - 1), scalar_like(p, g)))};
+                });
+}
+
+// Ties split the gradient evenly between the two inputs, as in PyTorch.
+static Tensor min_max(const char* name, BinaryOp op, BinaryOp wins, const Tensor& a, const Tensor& b) {
+  return record(name, ops::binary(op, a, b), {a, b},
+                [a = save(a), b = save(b), wins](const Tensor& g) -> TensorList {
+                  Tensor half_tie = mul(as_weight(ops::binary(BinaryOp::eq, a, b), g), scalar_like(0.5, g));
+                  Tensor wa = add(as_weight(ops::binary(wins, a, b), g), half_tie);
+                  Tensor wb = add(as_weight(ops::binary(wins, b, a), g), half_tie);
+                  return {sum_to(mul(g, wa), a->sizes()), sum_to(mul(g, wb), b->sizes())};
+                });
+}
+Tensor maximum(const Tensor& a, const Tensor& b) { return min_max("maximum", BinaryOp::maximum, BinaryOp::gt, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return min_max("minimum", BinaryOp::minimum, BinaryOp::lt, a, b); }
+
+// ---- unary ----
+
+Tensor neg(const Tensor& x) {
+  return record("neg", ops::unary(UnaryOp::neg, x), {x},
+                [](const Tensor& g) -> TensorList { return {neg(g)}; });
+}
+Tensor exp(const Tensor& x) {
+  return record("exp", ops::unary(UnaryOp::exp, x), {x},
+                [](const Tensor& g, const Tensor& y) -> TensorList { return {mul(g, y)}; });
+}
+Tensor log(const Tensor& x) {
+  return record("log", ops::unary(UnaryOp::log, x), {x},
+                [x = save(x)](const Tensor& g) -> TensorList { return {div(g, x)}; });
+}
+Tensor sqrt(const Tensor& x) {
+  return record("sqrt", ops::unary(UnaryOp::sqrt, x), {x}, [](const Tensor& g, const Tensor& y) -> TensorList {
+    return {div(g, mul(y, scalar_like(2, y)))};
+  });
+}
+Tensor rsqrt(const Tensor& x) {
+  return record("rsqrt", ops::unary(UnaryOp::rsqrt, x), {x}, [](const Tensor& g, const Tensor& y) -> TensorList {
+    return {mul(g, mul(pow(y, 3), scalar_like(-0.5, y)))};
+  });
+}
+Tensor reciprocal(const Tensor& x) {
+  return record("reciprocal", ops::unary(UnaryOp::reciprocal, x), {x},
+                [](const Tensor& g, const Tensor& y) -> TensorList { return {neg(mul(g, mul(y, y)))}; });
+}
+Tensor abs(const Tensor& x) {
+  return record("abs", ops::unary(UnaryOp::abs, x), {x},
+                [x = save(x)](const Tensor& g) -> TensorList { return {mul(g, sign(x))}; });
+}
+Tensor sign(const Tensor& x) {
+  return record("sign", ops::unary(UnaryOp::sign, x), {x},
+                [](const Tensor& g) -> TensorList { return {zeros_like_(g)}; });
+}
+Tensor tanh(const Tensor& x) {
+  return record("tanh", ops::unary(UnaryOp::tanh, x), {x}, [](const Tensor& g, const Tensor& y) -> TensorList {
+    return {fused_backward(BinaryOp::tanh_backward, g, y)};
+  });
+}
+Tensor sigmoid(const Tensor& x) {
+  return record("sigmoid", ops::unary(UnaryOp::sigmoid, x), {x}, [](const Tensor& g, const Tensor& y) -> TensorList {
+    return {fused_backward(BinaryOp::sigmoid_backward, g, y)};
+  });
+}
+Tensor relu(const Tensor& x) {
+  return record("relu", ops::unary(UnaryOp::relu, x), {x}, [x = save(x)](const Tensor& g) -> TensorList {
+    return {fused_backward(BinaryOp::relu_backward, g, x)};
+  });
+}
+Tensor gelu(const Tensor& x, bool tanh_approximation) {
+  UnaryOp op = tanh_approximation ? UnaryOp::gelu_tanh : UnaryOp::gelu;
+  BinaryOp bwd = tanh_approximation ? BinaryOp::gelu_tanh_backward : BinaryOp::gelu_backward;
+  return record("gelu", ops::unary(op, x), {x}, [x = save(x), bwd](const Tensor& g) -> TensorList {
+    return {fused_backward(bwd, g, x)};
+  });
+}
+Tensor silu(const Tensor& x) {
+  return record("silu", ops::unary(UnaryOp::silu, x), {x}, [x = save(x)](const Tensor& g) -> TensorList {
+    return {fused_backward(BinaryOp::silu_backward, g, x)};
+  });
+}
+
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
+  EMBER_CHECK(min || max, ValueError, "[clamp] at least one of min and max must be given");
+  Tensor y;
+  if (min && max) y = ops::unary(UnaryOp::clamp, x, {min->to_double(), max->to_double()});
+  else if (min) y = ops::unary(UnaryOp::clamp_min, x, {min->to_double(), 0});
+  else y = ops::unary(UnaryOp::clamp_max, x, {max->to_double(), 0});
+  return record("clamp", y, {x}, [x = save(x), min, max](const Tensor& g) -> TensorList {
+    // Gradient passes where x lies inside [min, max] (bounds included, as in PyTorch).
+    Tensor inside;
+    if (min) inside = ops::binary(BinaryOp::ge, x, scalar_like(*min, x));
+    if (max) {
+      Tensor below = ops::binary(BinaryOp::le, x, scalar_like(*max, x));
+      inside = inside.defined() ? ops::binary(BinaryOp::mul, inside, below) : below;
+    }
+    return {mul(g, as_weight(inside, g))};
+  });
+}
+
+// ---- selection ----
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  return record("where", ops::where(cond, a, b), {a, b},
+                [cond, sa = a.sizes(), sb = b.sizes()](const Tensor& g) -> TensorList {
+                  Tensor zero = scalar_like(0, g);
+                  return {sum_to(where(cond, g, zero), sa), sum_to(where(cond, zero, g), sb)};
+                });
+}
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b) { return where(cond, a, scalar_like(b, a)); }
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b) { return where(cond, scalar_like(a, b), b); }
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+  Tensor out = where(mask, scalar_like(value, x), x);
+  EMBER_CHECK(out.sizes() == x.sizes(), ShapeError, "[masked_fill] mask of shape ", mask.sizes(),
+              " must broadcast to the input shape ", x.sizes());
+  return out.dtype() == x.dtype() ? out : to(out, x.device(), x.dtype());
+}
+
+#define EMBER_COMPARISON(name)                                 \
+  Tensor name(const Tensor& a, const Tensor& b) {              \
+    return ops::binary(BinaryOp::name, a, b);                  \
+  }
+EMBER_COMPARISON(eq)
+EMBER_COMPARISON(ne)
+EMBER_COMPARISON(lt)
+EMBER_COMPARISON(le)
+EMBER_COMPARISON(gt)
+EMBER_COMPARISON(ge)
+#undef EMBER_COMPARISON
+
+Tensor to(const Tensor& x, Device device, DType dtype, bool non_blocking) {
+  ember::detail::check_defined("to", x);
+  if (x.device() == device && x.dtype() == dtype) return x;
+  EMBER_CHECK(!x.requires_grad() || !GradMode::is_enabled() || is_floating(dtype), DTypeError,
+              "[to] casting a tensor that requires grad to ", dtype,
+              " would cut the graph; detach() it first");
+  return record("to", ops::to(x, device, dtype, non_blocking), {x},
+                [d = x.device(), t = x.dtype()](const Tensor& g) -> TensorList { return {to(g, d, t)}; });
+}
+
+}  // namespace ember

@@ -1,0 +1,11 @@
+// Portable macros shared by host and device code. No CUDA headers here: EMBER_HD expands
+// to __host__ __device__ only when the translation unit is compiled by nvcc.
+#pragma once
+
+#if defined(__CUDACC__)
+#define EMBER_HD __host__ __device__
+#define EMBER_FORCEINLINE __forceinline__
+#else
+#define EMBER_HD
+#define EMBER_FORCEINLINE inline __attribute__((always_inline))
+#endif

@@ -1,0 +1,51 @@
+// Storage: one allocation on one device, shared by every view of it (PyTorch c10's split of
+// storage from views). It also carries the version counter that all views share, so autograd
+// can detect that a tensor saved for backward was modified in place through any view.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "ember/device.h"
+
+namespace ember {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes) = 0;
+};
+
+// The allocator for a device: 64-byte aligned host memory for the CPU, the CUDA allocator
+// (core/cuda) for a GPU. Throws DeviceError for CUDA in a build or on a machine without it.
+Allocator* allocator_for(Device device);
+
+class Storage {
+ public:
+  // Allocates nbytes on `device`.
+  Storage(size_t nbytes, Device device);
+  // Wraps memory owned elsewhere; `deleter` (may be empty) runs when the storage dies.
+  Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  uint32_t version() const { return version_; }
+  void bump_version() { ++version_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  uint32_t version_ = 0;
+  Allocator* allocator_ = nullptr;
+  std::function<void(void*)> deleter_;
+};
+
+}  // namespace ember

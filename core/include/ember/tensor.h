@@ -1,0 +1,328 @@
+// Tensor: a cheap handle (shared_ptr) to a TensorImpl = storage + sizes + strides + offset +
+// dtype, plus autograd metadata when it takes part in a graph. Copying a Tensor shares the
+// impl; views share the storage.
+//
+// Note [Tensor methods]: this header declares the whole method API, but only the structural
+// methods (sizes, dtype, data_ptr, item, grad accessors, detach) are defined in core. The
+// differentiable methods (view, add, matmul, sum, ...) are defined in the autograd library
+// (autograd/src/tensor_methods.cpp) on top of the ops kernels, as PyTorch's TensorBody is.
+// Code in core/ and ops/ must therefore never call a differentiable method: kernels work on
+// raw storage, and ops/ builds views with detail::make_view.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ember/device.h"
+#include "ember/dtype.h"
+#include "ember/error.h"
+#include "ember/scalar.h"
+#include "ember/shape.h"
+#include "ember/storage.h"
+
+namespace ember {
+
+namespace autograd {
+class Node;
+}
+
+class Tensor;
+struct TensorImpl;
+struct ValuesIndices;
+using TensorList = std::vector<Tensor>;
+
+// Options for factories; converts from a DType or a Device so `zeros({2}, DType::f64)` and
+// `zeros({2}, Device::cuda())` both read naturally.
+struct TensorOptions {
+  DType dtype_ = DType::f32;
+  Device device_ = Device::cpu();
+  bool requires_grad_ = false;
+
+  TensorOptions() = default;
+  TensorOptions(DType d) : dtype_(d) {}
+  TensorOptions(Device d) : device_(d) {}
+  TensorOptions dtype(DType d) const { auto o = *this; o.dtype_ = d; return o; }
+  TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
+  TensorOptions requires_grad(bool r = true) const { auto o = *this; o.requires_grad_ = r; return o; }
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- structure (core) ----
+  bool defined() const { return impl_ != nullptr; }
+  int64_t dim() const;
+  const Shape& sizes() const;
+  const Shape& shape() const { return sizes(); }
+  int64_t size(int64_t dim) const;  // negative dims count from the end
+  const Shape& strides() const;
+  int64_t stride(int64_t dim) const;
+  int64_t numel() const;
+  DType dtype() const;
+  Device device() const;
+  bool is_cuda() const { return device().is_cuda(); }
+  bool is_cpu() const { return device().is_cpu(); }
+  bool is_floating_point() const { return is_floating(dtype()); }
+  bool is_contiguous() const;
+  int64_t storage_offset() const;
+  size_t element_size() const { return itemsize(dtype()); }
+  // Pointer to the first element (storage data + offset). Typed version checks the dtype.
+  void* data_ptr() const;
+  template <class T>
+  T* data_ptr() const {
+    EMBER_CHECK(dtype_v<T> == dtype(), DTypeError, "[data_ptr] tensor has dtype ", dtype(),
+                " but ", dtype_name(dtype_v<T>), " was requested");
+    return static_cast<T*>(data_ptr());
+  }
+  const std::shared_ptr<Storage>& storage() const;
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+  // The one value of a single-element tensor, converted to T (copies from the GPU if needed).
+  template <class T>
+  T item() const {
+    if constexpr (std::is_floating_point_v<T>) return T(item_double());
+    else return T(item_int());
+  }
+  double item_double() const;
+  int64_t item_int() const;
+  // Copies all elements (any layout, any device) to a host vector of T.
+  template <class T>
+  std::vector<T> to_vector() const;
+  std::string str() const;  // what operator<< prints
+
+  // ---- autograd state (core) ----
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool requires_grad = true);
+  bool is_leaf() const;
+  // The accumulated gradient of a leaf (undefined until backward reaches it).
+  const Tensor& grad() const;
+  Tensor& mutable_grad();
+  void set_grad(const Tensor& g);
+  const std::shared_ptr<autograd::Node>& grad_fn() const;
+  uint32_t version() const;
+  void bump_version() const;
+  // A new tensor sharing storage but cut out of the graph.
+  Tensor detach() const;
+  Tensor& detach_();
+
+  // ---- autograd (autograd/) ----
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false,
+                bool create_graph = false) const;
+  // fn(grad) may return a replacement gradient or an undefined Tensor to keep it.
+  void register_hook(std::function<Tensor(const Tensor&)> fn) const;
+  // Leaves only: runs after the gradient has been accumulated into .grad().
+  void register_post_accumulate_grad_hook(std::function<void(const Tensor&)> fn) const;
+  void retain_grad() const;
+
+  // ---- views (autograd/) ----
+  Tensor view(const Shape& shape) const;  // one dim may be -1
+  Tensor reshape(const Shape& shape) const;
+  Tensor permute(const Shape& dims) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;  // 2-D transpose
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor expand(const Shape& shape) const;  // -1 keeps a size
+  Tensor expand_as(const Tensor& other) const { return expand(other.sizes()); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor contiguous() const;
+
+  // ---- conversion and copies (autograd/) ----
+  Tensor to(DType dtype) const;
+  Tensor to(Device device, bool non_blocking = false) const;
+  Tensor to(Device device, DType dtype, bool non_blocking = false) const;
+  Tensor cpu() const { return to(Device::cpu()); }
+  Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
+  Tensor clone() const;
+  Tensor& copy_(const Tensor& src);  // broadcasts src, converts dtype and device
+  Tensor& fill_(Scalar value);
+  Tensor& zero_();
+
+  // ---- elementwise (autograd/) ----
+  Tensor add(const Tensor& o, Scalar alpha = 1) const;
+  Tensor sub(const Tensor& o, Scalar alpha = 1) const;
+  Tensor mul(const Tensor& o) const;
+  Tensor div(const Tensor& o) const;
+  Tensor add(Scalar o) const;
+  Tensor sub(Scalar o) const;
+  Tensor mul(Scalar o) const;
+  Tensor div(Scalar o) const;
+  Tensor pow(const Tensor& exponent) const;
+  Tensor pow(Scalar exponent) const;
+  Tensor maximum(const Tensor& o) const;
+  Tensor minimum(const Tensor& o) const;
+  Tensor& add_(const Tensor& o, Scalar alpha = 1);
+  Tensor& sub_(const Tensor& o, Scalar alpha = 1);
+  Tensor& mul_(const Tensor& o);
+  Tensor& div_(const Tensor& o);
+  Tensor& add_(Scalar o);
+  Tensor& sub_(Scalar o);
+  Tensor& mul_(Scalar o);
+  Tensor& div_(Scalar o);
+  Tensor& pow_(Scalar exponent);
+#define EMBER_DECLARE_UNARY_METHOD(name) \
+  Tensor name() const;                   \
+  Tensor& name##_();
+  EMBER_DECLARE_UNARY_METHOD(neg)
+  EMBER_DECLARE_UNARY_METHOD(exp)
+  EMBER_DECLARE_UNARY_METHOD(log)
+  EMBER_DECLARE_UNARY_METHOD(sqrt)
+  EMBER_DECLARE_UNARY_METHOD(rsqrt)
+  EMBER_DECLARE_UNARY_METHOD(abs)
+  EMBER_DECLARE_UNARY_METHOD(tanh)
+  EMBER_DECLARE_UNARY_METHOD(sigmoid)
+  EMBER_DECLARE_UNARY_METHOD(relu)
+  EMBER_DECLARE_UNARY_METHOD(silu)
+#undef EMBER_DECLARE_UNARY_METHOD
+  Tensor gelu(bool tanh_approximation = false) const;
+  Tensor clamp(Scalar min, Scalar max) const;
+  Tensor clamp_min(Scalar min) const;
+  Tensor clamp_max(Scalar max) const;
+  Tensor& clamp_(Scalar min, Scalar max);
+  // Comparisons return bool tensors.
+  Tensor eq(const Tensor& o) const;
+  Tensor ne(const Tensor& o) const;
+  Tensor lt(const Tensor& o) const;
+  Tensor le(const Tensor& o) const;
+  Tensor gt(const Tensor& o) const;
+  Tensor ge(const Tensor& o) const;
+  Tensor eq(Scalar o) const;
+  Tensor ne(Scalar o) const;
+  Tensor lt(Scalar o) const;
+  Tensor le(Scalar o) const;
+  Tensor gt(Scalar o) const;
+  Tensor ge(Scalar o) const;
+  Tensor masked_fill(const Tensor& mask, Scalar value) const;
+  Tensor& masked_fill_(const Tensor& mask, Scalar value);
+
+  // ---- reductions (autograd/); empty dims = all dims ----
+  Tensor sum(const Shape& dims = {}, bool keepdim = false) const;
+  Tensor mean(const Shape& dims = {}, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor min() const;
+  ValuesIndices max(int64_t dim, bool keepdim = false) const;
+  ValuesIndices min(int64_t dim, bool keepdim = false) const;
+  Tensor argmax() const;  // index into the flattened tensor
+  Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor argmin(int64_t dim, bool keepdim = false) const;
+  // correction = 1 is the unbiased (Bessel) estimate, as in torch.var.
+  Tensor var(const Shape& dims = {}, int64_t correction = 1, bool keepdim = false) const;
+  Tensor std(const Shape& dims = {}, int64_t correction = 1, bool keepdim = false) const;
+  Tensor norm(double p = 2, const Shape& dims = {}, bool keepdim = false) const;
+
+  // ---- linear algebra and nn ops (autograd/) ----
+  Tensor matmul(const Tensor& o) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  Tensor gather(int64_t dim, const Tensor& index) const;
+  Tensor scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const;
+  TensorList split(int64_t split_size, int64_t dim = 0) const;
+  TensorList split(const std::vector<int64_t>& sizes, int64_t dim = 0) const;
+  TensorList chunk(int64_t chunks, int64_t dim = 0) const;
+
+  // ---- operators ----
+  Tensor operator-() const { return neg(); }
+  Tensor& operator+=(const Tensor& o) { return add_(o); }
+  Tensor& operator-=(const Tensor& o) { return sub_(o); }
+  Tensor& operator*=(const Tensor& o) { return mul_(o); }
+  Tensor& operator/=(const Tensor& o) { return div_(o); }
+  Tensor& operator+=(Scalar o) { return add_(o); }
+  Tensor& operator-=(Scalar o) { return sub_(o); }
+  Tensor& operator*=(Scalar o) { return mul_(o); }
+  Tensor& operator/=(Scalar o) { return div_(o); }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+struct ValuesIndices {
+  Tensor values;
+  Tensor indices;
+};
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return a.add(b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return a.sub(b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return a.mul(b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return a.div(b); }
+inline Tensor operator+(const Tensor& a, Scalar b) { return a.add(b); }
+inline Tensor operator-(const Tensor& a, Scalar b) { return a.sub(b); }
+inline Tensor operator*(const Tensor& a, Scalar b) { return a.mul(b); }
+inline Tensor operator/(const Tensor& a, Scalar b) { return a.div(b); }
+inline Tensor operator+(Scalar a, const Tensor& b) { return b.add(a); }
+inline Tensor operator*(Scalar a, const Tensor& b) { return b.mul(a); }
+Tensor operator-(Scalar a, const Tensor& b);  // (-b) + a
+Tensor operator/(Scalar a, const Tensor& b);  // a * b^-1 as one kernel
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+void str_append(std::string& s, const Tensor& t);  // "Tensor[2, 3] f32 cpu"
+
+// Autograd bookkeeping a tensor carries once it requires grad or has a grad_fn.
+struct AutogradMeta {
+  bool requires_grad = false;
+  bool retains_grad = false;
+  Tensor grad;
+  std::shared_ptr<autograd::Node> grad_fn;
+  // The AccumulateGrad node of a leaf, created on first use and shared by all its uses.
+  std::weak_ptr<autograd::Node> grad_accumulator;
+  std::vector<std::function<Tensor(const Tensor&)>> hooks;  // leaves only
+  std::vector<std::function<void(const Tensor&)>> post_accumulate_hooks;
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape sizes;
+  Shape strides;
+  int64_t offset = 0;  // in elements
+  DType dtype = DType::f32;
+  bool is_view = false;  // shares storage with a tensor it was derived from
+  std::unique_ptr<AutogradMeta> autograd;
+
+  AutogradMeta& autograd_meta() {
+    if (!autograd) autograd = std::make_unique<AutogradMeta>();
+    return *autograd;
+  }
+};
+
+inline int64_t Tensor::dim() const { return int64_t(impl_->sizes.size()); }
+inline const Shape& Tensor::sizes() const { return impl_->sizes; }
+inline const Shape& Tensor::strides() const { return impl_->strides; }
+inline int64_t Tensor::numel() const { return impl_->sizes.numel(); }
+inline DType Tensor::dtype() const { return impl_->dtype; }
+inline Device Tensor::device() const { return impl_->storage->device(); }
+inline int64_t Tensor::storage_offset() const { return impl_->offset; }
+inline const std::shared_ptr<Storage>& Tensor::storage() const { return impl_->storage; }
+inline void* Tensor::data_ptr() const {
+  return static_cast<char*>(impl_->storage->data()) + impl_->offset * int64_t(itemsize(impl_->dtype));
+}
+inline bool Tensor::requires_grad() const {
+  return impl_->autograd && (impl_->autograd->requires_grad || impl_->autograd->grad_fn);
+}
+inline uint32_t Tensor::version() const { return impl_->storage->version(); }
+inline void Tensor::bump_version() const { impl_->storage->bump_version(); }
+
+namespace detail {
+// A new tensor (no autograd state) on fresh storage. Contiguous strides.
+Tensor make_tensor(const Shape& sizes, DType dtype, Device device);
+// A view of `base`'s storage with the given geometry (no autograd state, no checks).
+Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset);
+// Throws naming `op` unless every tensor is defined and on the same device.
+void check_same_device(const char* op, const Tensor& a, const Tensor& b);
+void check_defined(const char* op, const Tensor& t, const char* what = "input");
+}  // namespace detail
+
+}  // namespace ember

@@ -1,0 +1,274 @@
+// The structural half of Tensor (Note [Tensor methods] in tensor.h): geometry, element
+// access, printing and autograd state. No kernels here: host reads of CUDA tensors copy the
+// storage bytes through cuda::detail::copy_bytes.
+#include "ember/tensor.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ostream>
+
+#include "ember/cuda.h"
+
+namespace ember {
+
+namespace {
+// Host-readable bytes of a tensor's storage: the storage itself on the CPU, a copy for CUDA.
+struct HostBytes {
+  const char* base = nullptr;
+  std::vector<char> copy;
+  explicit HostBytes(const Tensor& t) {
+    const Storage& s = *t.storage();
+    if (s.device().is_cpu()) {
+      base = static_cast<const char*>(s.data());
+    } else {
+      copy.resize(s.nbytes());
+      cuda::detail::copy_bytes(copy.data(), Device::cpu(), s.data(), s.device(), s.nbytes());
+      base = copy.data();
+    }
+  }
+};
+
+template <class T>
+double load_as_double(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return double(float(v));
+  else return double(v);
+}
+
+double load(DType dtype, const char* p) {
+  return visit_dtype(dtype, [&](auto tag) { return load_as_double<decltype(tag)>(p); });
+}
+
+// Calls f(storage element index) for every element in row-major order.
+template <class F>
+void for_each_offset(const Tensor& t, F&& f) {
+  int64_t n = t.numel();
+  if (n == 0) return;
+  const Shape& sz = t.sizes();
+  const Shape& st = t.strides();
+  Shape idx(sz.size(), 0);
+  int64_t off = t.storage_offset();
+  for (int64_t i = 0; i < n; ++i) {
+    f(off);
+    for (int64_t d = int64_t(sz.size()) - 1; d >= 0; --d) {
+      if (++idx[d] < sz[d]) {
+        off += st[d];
+        break;
+      }
+      off -= st[d] * (sz[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+}  // namespace
+
+int64_t Tensor::size(int64_t d) const { return impl_->sizes[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(), "stride")]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int64_t d = dim() - 1; d >= 0; --d) {
+    int64_t s = impl_->sizes[d];
+    if (s == 1) continue;
+    if (impl_->strides[d] != expected) return false;
+    expected *= s;
+  }
+  return true;
+}
+
+double Tensor::item_double() const {
+  detail::check_defined("item", *this);
+  EMBER_CHECK(numel() == 1, ValueError, "[item] a tensor with ", numel(),
+              " elements cannot be converted to a scalar (shape ", sizes(), ")");
+  char buf[8];
+  cuda::detail::copy_bytes(buf, Device::cpu(), data_ptr(), device(), element_size());
+  return load(dtype(), buf);
+}
+
+int64_t Tensor::item_int() const {
+  double v = item_double();
+  return int64_t(v);
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  detail::check_defined("to_vector", *this);
+  HostBytes bytes(*this);
+  std::vector<T> out;
+  out.reserve(size_t(numel()));
+  size_t isz = element_size();
+  DType dt = dtype();
+  for_each_offset(*this, [&](int64_t off) { out.push_back(T(load(dt, bytes.base + off * isz))); });
+  return out;
+}
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template std::vector<int32_t> Tensor::to_vector<int32_t>() const;
+template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
+
+// ---- autograd state ----
+
+Tensor& Tensor::requires_grad_(bool requires_grad) {
+  detail::check_defined("requires_grad_", *this);
+  EMBER_CHECK(is_leaf(), AutogradError,
+              "[requires_grad_] can only change requires_grad of a leaf tensor; this one was "
+              "produced by an op (use detach() to get a leaf)");
+  EMBER_CHECK(!requires_grad || is_floating(dtype()), DTypeError,
+              "[requires_grad_] only floating-point tensors can require gradients, got ",
+              dtype());
+  impl_->autograd_meta().requires_grad = requires_grad;
+  return *this;
+}
+
+bool Tensor::is_leaf() const { return !impl_->autograd || !impl_->autograd->grad_fn; }
+
+const Tensor& Tensor::grad() const {
+  static const Tensor undefined;
+  return impl_->autograd ? impl_->autograd->grad : undefined;
+}
+
+Tensor& Tensor::mutable_grad() { return impl_->autograd_meta().grad; }
+
+void Tensor::set_grad(const Tensor& g) {
+  if (g.defined()) {
+    EMBER_CHECK(g.sizes() == sizes(), ShapeError, "[set_grad] gradient shape ", g.sizes(),
+                " does not match tensor shape ", sizes());
+    EMBER_CHECK(g.device() == device(), DeviceError, "[set_grad] gradient on ", g.device(),
+                " but tensor on ", device());
+  }
+  impl_->autograd_meta().grad = g;
+}
+
+const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
+  static const std::shared_ptr<autograd::Node> none;
+  return impl_->autograd ? impl_->autograd->grad_fn : none;
+}
+
+Tensor Tensor::detach() const {
+  detail::check_defined("detach", *this);
+  Tensor out = detail::make_view(*this, sizes(), strides(), storage_offset());
+  out.impl()->is_view = impl_->is_view;
+  return out;
+}
+
+Tensor& Tensor::detach_() {
+  if (impl_->autograd) {
+    impl_->autograd->grad_fn.reset();
+    impl_->autograd->requires_grad = false;
+  }
+  return *this;
+}
+
+// ---- printing ----
+
+std::string Tensor::str() const {
+  if (!defined()) return "tensor(undefined)";
+  HostBytes bytes(*this);
+  const int64_t nd = dim();
+  const bool summarize = numel() > 1000;
+  const size_t isz = element_size();
+  const DType dt = dtype();
+  const bool fp = is_floating(dt);
+
+  // One format for all elements, chosen from the largest magnitude, like PyTorch.
+  double max_abs = 0;
+  bool all_int = true;
+  for_each_offset(*this, [&](int64_t off) {
+    double v = load(dt, bytes.base + off * isz);
+    if (std::isfinite(v)) {
+      max_abs = std::max(max_abs, std::fabs(v));
+      all_int = all_int && v == std::floor(v);
+    }
+  });
+  const bool sci = fp && (max_abs >= 1e8 || (max_abs > 0 && max_abs < 1e-4));
+  auto fmt = [&](double v) {
+    char buf[40];
+    if (!fp) std::snprintf(buf, sizeof buf, "%lld", (long long)v);
+    else if (std::isnan(v)) std::snprintf(buf, sizeof buf, "nan");
+    else if (std::isinf(v)) std::snprintf(buf, sizeof buf, v > 0 ? "inf" : "-inf");
+    else if (sci) std::snprintf(buf, sizeof buf, "%.4e", v);
+    else if (all_int) std::snprintf(buf, sizeof buf, "%.0f.", v);
+    else std::snprintf(buf, sizeof buf, "%.4f", v);
+    return std::string(buf);
+  };
+
+  std::string s = "tensor(";
+  const int64_t edge = 3;
+  // Recursive printer over dims; `off` is the storage offset of the current sub-tensor.
+  auto rec = [&](auto&& self, int64_t d, int64_t off) -> void {
+    if (d == nd) {
+      s += fmt(load(dt, bytes.base + off * isz));
+      return;
+    }
+    s += '[';
+    int64_t n = sizes()[d];
+    for (int64_t i = 0; i < n; ++i) {
+      if (summarize && n > 2 * edge && i == edge) {
+        s += d == nd - 1 ? "..., " : "...,\n" + std::string(size_t(8 + d), ' ');
+        i = n - edge - 1;
+        continue;
+      }
+      self(self, d + 1, off + i * strides()[d]);
+      if (i + 1 < n) s += d == nd - 1 ? ", " : ",\n" + std::string(size_t(8 + d), ' ');
+    }
+    s += ']';
+  };
+  rec(rec, 0, storage_offset());
+  s += ember::str(", shape=", sizes(), ", dtype=", dt);
+  if (!device().is_cpu()) s += ember::str(", device=", device());
+  if (requires_grad()) s += ", requires_grad=true";
+  s += ')';
+  return s;
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+
+namespace detail {
+
+Tensor make_tensor(const Shape& sizes, DType dtype, Device device) {
+  for (int64_t s : sizes)
+    EMBER_CHECK(s >= 0, ShapeError, "[empty] negative size in shape ", sizes);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(size_t(sizes.numel()) * itemsize(dtype), device);
+  impl->sizes = sizes;
+  impl->strides = contiguous_strides(sizes);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.storage();
+  impl->sizes = sizes;
+  impl->strides = strides;
+  impl->offset = offset;
+  impl->dtype = base.dtype();
+  impl->is_view = true;
+  return Tensor(std::move(impl));
+}
+
+void check_defined(const char* op, const Tensor& t, const char* what) {
+  EMBER_CHECK(t.defined(), ValueError, "[", op, "] ", what, " is an undefined tensor");
+}
+
+void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
+  check_defined(op, a);
+  check_defined(op, b);
+  EMBER_CHECK(a.device() == b.device(), DeviceError, "[", op,
+              "] expected all tensors on the same device, got ", a.device(), " and ",
+              b.device());
+}
+
+}  // namespace detail
+
+void str_append(std::string& s, const Tensor& t) {
+  if (!t.defined()) {
+    s += "Tensor(undefined)";
+    return;
+  }
+  s += str("Tensor", t.sizes(), " ", t.dtype(), " ", t.device());
+}
+}  // namespace ember

@@ -1,0 +1,11 @@
+// ember: one include for the whole user-facing API.
+#pragma once
+
+#include "ember/autograd/engine.h"
+#include "ember/autograd/function.h"
+#include "ember/cuda.h"
+#include "ember/factory.h"
+#include "ember/functions.h"
+#include "ember/grad_mode.h"
+#include "ember/random.h"
+#include "ember/tensor.h"

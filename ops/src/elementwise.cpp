@@ -1,0 +1,230 @@
+// Front of the elementwise family: dtype promotion, broadcasting, aliasing and devices are
+// decided here once; the backend drivers only iterate.
+#include "ember/ops/elementwise.h"
+
+#include "kernels/elementwise.h"
+
+namespace ember::ops {
+
+namespace {
+int category(DType t) { return t == DType::b8 ? 0 : is_floating(t) ? 2 : 1; }
+
+// A result of dtype `from` may be written into a tensor of dtype `to` (PyTorch's can_cast).
+bool can_cast(DType from, DType to) {
+  return category(from) <= category(to);
+}
+
+constexpr bool kUnaryFloatingOnly[] = {
+#define EMBER_FLOATING_ONLY(name, Functor, floating_only) floating_only,
+    EMBER_UNARY_OPS(EMBER_FLOATING_ONLY)
+#undef EMBER_FLOATING_ONLY
+};
+enum class BinaryKind { arith, compare, floating };
+constexpr BinaryKind kBinaryKind[] = {
+#define EMBER_BINARY_KIND(name, Functor, kind) BinaryKind::kind,
+    EMBER_BINARY_OPS(EMBER_BINARY_KIND)
+#undef EMBER_BINARY_KIND
+};
+
+// The other operand moved to `t`'s device when it is a CPU 0-dim tensor (PyTorch allows
+// `cuda_tensor * cpu_scalar_tensor`); otherwise both must already share a device.
+Tensor on_device_of(const char* op, const Tensor& other, const Tensor& t) {
+  if (other.device() != t.device() && other.dim() == 0 && other.is_cpu())
+    return to(other, t.device(), other.dtype());
+  detail::check_same_device(op, t, other);
+  return other;
+}
+
+Tensor cast(const Tensor& t, DType dtype) {
+  return t.dtype() == dtype ? t : to(t, t.device(), dtype);
+}
+
+// True when `out` shares memory with `in` in any way other than being the same view, in
+// which case an elementwise kernel could read an element after overwriting it.
+bool partially_overlaps(const Tensor& out, const Tensor& in) {
+  if (out.storage() != in.storage()) return false;
+  return !(out.storage_offset() == in.storage_offset() && out.sizes() == in.sizes() &&
+           out.strides() == in.strides());
+}
+}  // namespace
+
+const char* op_name(UnaryOp op) {
+  static const char* names[] = {
+#define EMBER_NAME(name, Functor, kind) #name,
+      EMBER_UNARY_OPS(EMBER_NAME)
+#undef EMBER_NAME
+  };
+  return names[int(op)];
+}
+
+const char* op_name(BinaryOp op) {
+  static const char* names[] = {
+#define EMBER_NAME(name, Functor, kind) #name,
+      EMBER_BINARY_OPS(EMBER_NAME)
+#undef EMBER_NAME
+  };
+  return names[int(op)];
+}
+
+DType result_type(const Tensor& a, const Tensor& b) {
+  const bool za = a.dim() == 0, zb = b.dim() == 0;
+  if (za == zb) return promote_types(a.dtype(), b.dtype());
+  const Tensor& dimmed = za ? b : a;
+  const Tensor& zero = za ? a : b;
+  return category(zero.dtype()) > category(dimmed.dtype()) ? zero.dtype() : dimmed.dtype();
+}
+
+DType result_dtype(BinaryOp op, const Tensor& a, const Tensor& b) {
+  DType t = result_type(a, b);
+  switch (kBinaryKind[int(op)]) {
+    case BinaryKind::compare: return DType::b8;
+    case BinaryKind::floating: return is_floating(t) ? t : DType::f32;
+    case BinaryKind::arith: return t;
+  }
+  return t;
+}
+
+DType result_dtype(UnaryOp op, DType input) {
+  if (kUnaryFloatingOnly[int(op)] && !is_floating(input)) return DType::f32;
+  EMBER_CHECK(input != DType::b8 || op == UnaryOp::identity, DTypeError, "[", op_name(op),
+              "] is not defined for bool tensors");
+  return input;
+}
+
+Tensor unary(UnaryOp op, const Tensor& x, UnaryParams params) {
+  detail::check_defined(op_name(op), x);
+  DType dt = result_dtype(op, x.dtype());
+  Tensor in = cast(x, dt);
+  Tensor out = detail::make_tensor(in.sizes(), dt, in.device());
+  EMBER_DISPATCH_KERNEL(in.device(), unary_kernel, op, in, out, params);
+  return out;
+}
+
+void unary_out(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams params) {
+  detail::check_same_device(op_name(op), x, out);
+  EMBER_CHECK(x.sizes() == out.sizes(), ShapeError, "[", op_name(op), "] output shape ",
+              out.sizes(), " does not match input shape ", x.sizes());
+  DType dt = result_dtype(op, x.dtype());
+  if (dt != out.dtype() || partially_overlaps(out, x)) {
+    EMBER_CHECK(can_cast(dt, out.dtype()), DTypeError, "[", op_name(op), "] result dtype ", dt,
+                " cannot be written into an output of dtype ", out.dtype());
+    copy_(out, unary(op, x, params));
+    return;
+  }
+  EMBER_DISPATCH_KERNEL(x.device(), unary_kernel, op, x, out, params);
+}
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  detail::check_defined(op_name(op), a);
+  detail::check_defined(op_name(op), b, "second input");
+  Tensor bb = on_device_of(op_name(op), b, a);
+  Tensor aa = on_device_of(op_name(op), a, bb);
+  DType compute = result_type(aa, bb);
+  DType out_dtype = result_dtype(op, aa, bb);
+  if (out_dtype != DType::b8) compute = out_dtype;
+  Tensor x = cast(aa, compute), y = cast(bb, compute);
+  Shape shape = x.sizes() == y.sizes() ? x.sizes() : broadcast_shapes(x.sizes(), y.sizes(), op_name(op));
+  Tensor out = detail::make_tensor(shape, out_dtype, x.device());
+  EMBER_DISPATCH_KERNEL(x.device(), binary_kernel, op, x, y, out);
+  return out;
+}
+
+void binary_out(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  detail::check_defined(op_name(op), out, "output");
+  Tensor bb = on_device_of(op_name(op), b, out);
+  Tensor aa = on_device_of(op_name(op), a, out);
+  Shape shape = broadcast_shapes(aa.sizes(), bb.sizes(), op_name(op));
+  EMBER_CHECK(shape == out.sizes(), ShapeError, "[", op_name(op), "] result shape ", shape,
+              " does not match the output shape ", out.sizes(),
+              " (an in-place op cannot change its tensor's shape)");
+  DType out_dtype = result_dtype(op, aa, bb);
+  EMBER_CHECK(can_cast(out_dtype, out.dtype()), DTypeError, "[", op_name(op), "] result dtype ",
+              out_dtype, " cannot be written into an output of dtype ", out.dtype());
+  DType compute = out_dtype == DType::b8 ? result_type(aa, bb) : out_dtype;
+  bool direct = out_dtype == out.dtype() && !partially_overlaps(out, aa) &&
+                !partially_overlaps(out, bb);
+  if (!direct) {
+    copy_(out, binary(op, aa, bb));
+    return;
+  }
+  Tensor x = cast(aa, compute), y = cast(bb, compute);
+  EMBER_DISPATCH_KERNEL(out.device(), binary_kernel, op, x, y, out);
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  detail::check_defined("where", cond, "condition");
+  EMBER_CHECK(cond.dtype() == DType::b8, DTypeError,
+              "[where] condition must be a bool tensor, got ", cond.dtype());
+  Tensor bb = on_device_of("where", b, a);
+  Tensor aa = on_device_of("where", a, bb);
+  Tensor c = on_device_of("where", cond, aa);
+  DType dt = result_type(aa, bb);
+  Shape shape = broadcast_shapes(broadcast_shapes(c.sizes(), aa.sizes(), "where"), bb.sizes(), "where");
+  Tensor out = detail::make_tensor(shape, dt, aa.device());
+  EMBER_DISPATCH_KERNEL(out.device(), where_kernel, c, cast(aa, dt), cast(bb, dt), out);
+  return out;
+}
+
+Tensor scalar_tensor(Scalar value, DType dtype, Device device) {
+  Tensor t = detail::make_tensor({}, dtype, device);
+  EMBER_DISPATCH_KERNEL(device, fill_kernel, t, value);
+  return t;
+}
+
+Tensor wrap_scalar(Scalar value, const Tensor& t) {
+  DType st = value.default_dtype();
+  DType dt = category(st) > category(t.dtype()) ? st : t.dtype();
+  return scalar_tensor(value, dt, t.device());
+}
+
+void copy_(const Tensor& dst, const Tensor& src, bool non_blocking) {
+  detail::check_defined("copy_", dst, "destination");
+  detail::check_defined("copy_", src, "source");
+  Shape shape = broadcast_shapes(dst.sizes(), src.sizes(), "copy_");
+  EMBER_CHECK(shape == dst.sizes(), ShapeError, "[copy_] source of shape ", src.sizes(),
+              " cannot be broadcast to the destination shape ", dst.sizes());
+  if (dst.device() == src.device()) {
+    Tensor s = src;
+    if (partially_overlaps(dst, src)) {  // read every element before writing any
+      s = detail::make_tensor(src.sizes(), src.dtype(), src.device());
+      EMBER_DISPATCH_KERNEL(src.device(), copy_kernel, s, src);
+    }
+    EMBER_DISPATCH_KERNEL(dst.device(), copy_kernel, dst, s);
+    return;
+  }
+  // Across devices: make a contiguous source of the destination dtype on its own device,
+  // move the bytes, then let the destination device lay them out.
+  Tensor s = contiguous(cast(src, dst.dtype()));
+  if (dst.is_contiguous() && s.sizes() == dst.sizes()) {
+    ::ember::cuda::detail::copy_bytes(dst.data_ptr(), dst.device(), s.data_ptr(), s.device(),
+                             size_t(s.numel()) * s.element_size(), non_blocking);
+    return;
+  }
+  Tensor staged = detail::make_tensor(s.sizes(), s.dtype(), dst.device());
+  ::ember::cuda::detail::copy_bytes(staged.data_ptr(), staged.device(), s.data_ptr(), s.device(),
+                           size_t(s.numel()) * s.element_size(), false);
+  EMBER_DISPATCH_KERNEL(dst.device(), copy_kernel, dst, staged);
+}
+
+Tensor contiguous(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor out = detail::make_tensor(t.sizes(), t.dtype(), t.device());
+  EMBER_DISPATCH_KERNEL(t.device(), copy_kernel, out, t);
+  return out;
+}
+
+Tensor to(const Tensor& t, Device device, DType dtype, bool non_blocking) {
+  detail::check_defined("to", t);
+  if (t.device() == device && t.dtype() == dtype) return t;
+  ::ember::cuda::detail::check_device("to", device);
+  Tensor out = detail::make_tensor(t.sizes(), dtype, device);
+  copy_(out, t, non_blocking);
+  return out;
+}
+
+void fill_(const Tensor& t, Scalar value) {
+  detail::check_defined("fill_", t);
+  EMBER_DISPATCH_KERNEL(t.device(), fill_kernel, t, value);
+}
+
+}  // namespace ember::ops
