@@ -1,0 +1,79 @@
+#include "support/test_support.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace ember::test {
+
+std::vector<Device> test_devices() {
+  std::vector<Device> d{Device::cpu()};
+  // Always list CUDA so the cases show up (and skip) in CI: that keeps the suite identical.
+  d.push_back(Device::cuda(0));
+  return d;
+}
+
+std::string device_label(const ::testing::TestParamInfo<Device>& info) {
+  return info.param.is_cpu() ? "cpu" : "cuda";
+}
+
+static ::testing::AssertionResult compare(const std::vector<double>& a, const Shape& a_shape,
+                                          const std::vector<double>& b, double rtol,
+                                          double atol) {
+  if (a.size() != b.size())
+    return ::testing::AssertionFailure() << "size mismatch: " << a.size() << " vs " << b.size()
+                                         << " (actual shape " << str(a_shape) << ")";
+  for (size_t i = 0; i < a.size(); ++i) {
+    bool both_nan = std::isnan(a[i]) && std::isnan(b[i]);
+    bool same_inf = std::isinf(a[i]) && a[i] == b[i];
+    if (both_nan || same_inf) continue;
+    if (!(std::fabs(a[i] - b[i]) <= atol + rtol * std::fabs(b[i])))
+      return ::testing::AssertionFailure() << "element " << i << ": actual " << a[i]
+                                           << " expected " << b[i] << " (shape "
+                                           << str(a_shape) << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, double rtol,
+                                     double atol) {
+  if (actual.sizes() != expected.sizes())
+    return ::testing::AssertionFailure() << "shape " << str(actual.sizes()) << " vs expected "
+                                         << str(expected.sizes());
+  return compare(actual.to_vector<double>(), actual.sizes(), expected.to_vector<double>(), rtol,
+                 atol);
+}
+
+::testing::AssertionResult all_close(const Tensor& actual, const std::vector<double>& expected,
+                                     double rtol, double atol) {
+  return compare(actual.to_vector<double>(), actual.sizes(), expected, rtol, atol);
+}
+
+Tensor Fixture::tensor(DType dtype) const {
+  return ember::tensor(values, shape, TensorOptions(dtype));
+}
+
+Fixture load_fixture(const std::string& file, const std::string& name) {
+  std::string path = std::string(EMBER_TEST_DATA_DIR) + "/" + file;
+  std::ifstream in(path);
+  if (!in) throw IOError("[fixture] cannot open " + path);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string key;
+    ls >> key;
+    if (key != name) continue;
+    Fixture f;
+    std::string tok;
+    while (ls >> tok && tok != ":") f.shape.push_back(std::stoll(tok));
+    double v;
+    while (ls >> v) f.values.push_back(v);
+    if (int64_t(f.values.size()) != f.shape.numel())
+      throw IOError("[fixture] " + name + " in " + path + " has " +
+                    std::to_string(f.values.size()) + " values for shape " + str(f.shape));
+    return f;
+  }
+  throw IOError("[fixture] no entry '" + name + "' in " + path);
+}
+
+}  // namespace ember::test
