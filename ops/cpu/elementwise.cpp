@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <cstring>
+#include <string_view>
 
 #include "kernels/elementwise.h"
 #include "loops.h"
@@ -12,17 +13,6 @@ namespace ember::ops::cpu {
 
 int omp_threads() { return omp_get_num_threads(); }
 int omp_thread() { return omp_get_thread_num(); }
-
-Shape broadcast_byte_strides(const Tensor& t, const Shape& shape) {
-  const int64_t isz = int64_t(t.element_size());
-  const size_t nd = shape.size(), td = size_t(t.dim());
-  Shape st(nd, 0);
-  for (size_t i = 0; i < td; ++i) {
-    size_t d = nd - td + i;
-    st[d] = t.sizes()[i] == 1 && shape[d] != 1 ? 0 : t.strides()[i] * isz;
-  }
-  return st;
-}
 
 namespace {
 
@@ -90,15 +80,23 @@ void unary_dispatch(const Tensor& x, const Tensor& out, F f, bool floating_only)
   });
 }
 
-template <class F>
+// FloatingOnly ops (div, pow, the fused backward ones) are instantiated for float types only:
+// the front has already promoted integer inputs.
+template <bool FloatingOnly, class F>
 void binary_dispatch(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
   const bool to_bool = out.dtype() == DType::b8;
-  visit_dtype(a.dtype(), [&](auto tag) {
-    using S = decltype(tag);
-    if (to_bool) binary_loop<S, bool>(a, b, out, f);
-    else if constexpr (!std::is_same_v<S, bool>) binary_loop<S, S>(a, b, out, f);
-    else binary_loop<bool, bool>(a, b, out, [f](int x, int y) { return f(x, y) != 0; });
-  });
+  if constexpr (FloatingOnly) {
+    visit_floating(a.dtype(), [&](auto tag) { binary_loop<decltype(tag), decltype(tag)>(a, b, out, f); });
+  } else {
+    visit_dtype(a.dtype(), [&](auto tag) {
+      using S = decltype(tag);
+      // bool operands compute in int (true + true is true, as in PyTorch) and store as bool.
+      if constexpr (std::is_same_v<S, bool>)
+        binary_loop<bool, bool>(a, b, out, [f](int x, int y) { return f(x, y) != 0; });
+      else if (to_bool) binary_loop<S, bool>(a, b, out, f);
+      else binary_loop<S, S>(a, b, out, f);
+    });
+  }
 }
 
 template <class To, class From>
@@ -140,9 +138,9 @@ void unary_kernel(UnaryOp op, const Tensor& x, const Tensor& out, const UnaryPar
 
 void binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   switch (op) {
-#define EMBER_BINARY_CASE(name, Functor, kind) \
-  case BinaryOp::name:                         \
-    binary_dispatch(a, b, out, fn::Functor{}); \
+#define EMBER_BINARY_CASE(name, Functor, kind)                            \
+  case BinaryOp::name:                                                    \
+    binary_dispatch<std::string_view(#kind) == "floating">(a, b, out, fn::Functor{}); \
     return;
     EMBER_BINARY_OPS(EMBER_BINARY_CASE)
 #undef EMBER_BINARY_CASE

@@ -13,56 +13,18 @@
 #include <cstdint>
 
 #include "ember/tensor.h"
+#include "kernels/loop_plan.h"
 
 namespace ember::ops::cpu {
+
+using ops::LoopPlan;
+using ops::make_plan;
 
 constexpr int64_t kParallelGrain = 32768;
 
 // Thin wrappers so this header does not need <omp.h> in every includer.
 int omp_threads();
 int omp_thread();
-
-template <size_t N>
-struct LoopPlan {
-  Shape sizes;                   // coalesced, innermost last
-  std::array<Shape, N> strides;  // in bytes
-  std::array<char*, N> base;
-};
-
-// Strides of `t` viewed with shape `shape` (right-aligned broadcasting), in bytes.
-Shape broadcast_byte_strides(const Tensor& t, const Shape& shape);
-
-template <size_t N>
-LoopPlan<N> make_plan(const std::array<const Tensor*, N>& ts) {
-  LoopPlan<N> plan;
-  const Shape& shape = ts[0]->sizes();
-  std::array<Shape, N> st;
-  for (size_t k = 0; k < N; ++k) {
-    st[k] = broadcast_byte_strides(*ts[k], shape);
-    plan.base[k] = static_cast<char*>(ts[k]->data_ptr());
-  }
-  // Coalesce from the innermost dim outwards, dropping size-1 dims.
-  for (int64_t d = int64_t(shape.size()) - 1; d >= 0; --d) {
-    int64_t size = shape[d];
-    if (size == 1) continue;
-    if (!plan.sizes.empty()) {
-      bool mergeable = true;
-      for (size_t k = 0; k < N; ++k)
-        mergeable = mergeable && st[k][d] == plan.strides[k][0] * plan.sizes[0];
-      if (mergeable) {
-        plan.sizes[0] *= size;
-        continue;
-      }
-    }
-    plan.sizes.insert(0, size);
-    for (size_t k = 0; k < N; ++k) plan.strides[k].insert(0, st[k][d]);
-  }
-  if (plan.sizes.empty()) {  // a single element
-    plan.sizes.push_back(1);
-    for (size_t k = 0; k < N; ++k) plan.strides[k].push_back(0);
-  }
-  return plan;
-}
 
 // Runs inner(ptrs, inner_strides, count) over the elements [begin, end) of the plan.
 template <size_t N, class Inner>

@@ -1,0 +1,67 @@
+// CUDA random fills with the exact element-to-counter layout of ops/cpu/random.cpp
+// (Note [Philox layout]), so a seed gives the same values on both devices.
+#include <cmath>
+
+#include "ember/cuda/check.h"
+#include "kernels/random.h"
+
+namespace ember::ops::cuda {
+
+namespace {
+enum class Dist { uniform, normal, randint };
+
+template <class S>
+__global__ void random_kernel(S* out, int64_t n, Generator::State s, Dist dist, double a, double b,
+                              bool is_f32) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t w[4];
+    Philox::draw(s.seed, s.offset + uint64_t(i) / 2, w);
+    double v;
+    if (dist == Dist::normal) {
+      double u1 = Philox::uniform_double(w[0], w[1]), u2 = Philox::uniform_double(w[2], w[3]);
+      double r = sqrt(-2.0 * log(1.0 - u1));
+      double theta = 6.283185307179586 * u2;
+      v = a + b * r * (i % 2 == 0 ? cos(theta) : sin(theta));
+    } else {
+      int k = 2 * int(i % 2);
+      double u = Philox::uniform_double(w[k], w[k + 1]);
+      if (dist == Dist::uniform) {
+        v = a + (b - a) * u;
+        if (is_f32 && double(float(v)) >= b) v = nextafterf(float(b), -INFINITY);
+      } else {
+        double r = a + floor(u * (b - a));
+        v = r > b - 1 ? b - 1 : r;
+      }
+    }
+    if constexpr (std::is_same_v<S, bool>) out[i] = v != 0;
+    else if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) out[i] = S(float(v));
+    else out[i] = S(v);
+  }
+}
+
+void launch(const Tensor& t, Generator::State s, Dist dist, double a, double b) {
+  const int64_t n = t.numel();
+  if (n == 0) return;
+  EMBER_CUDA_CHECK(cudaSetDevice(t.device().index));
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t(1) << 16);
+  visit_dtype(t.dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    random_kernel<S><<<unsigned(blocks), 256>>>(static_cast<S*>(t.data_ptr()), n, s, dist, a, b,
+                                                t.dtype() == DType::f32);
+  });
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+void uniform_kernel(const Tensor& t, Generator::State s, double low, double high) {
+  launch(t, s, Dist::uniform, low, high);
+}
+void normal_kernel(const Tensor& t, Generator::State s, double mean, double stddev) {
+  launch(t, s, Dist::normal, mean, stddev);
+}
+void randint_kernel(const Tensor& t, Generator::State s, int64_t low, int64_t high) {
+  launch(t, s, Dist::randint, double(low), double(high));
+}
+
+}  // namespace ember::ops::cuda
