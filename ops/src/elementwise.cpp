@@ -117,6 +117,17 @@ void unary_out(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams param
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   detail::check_defined(op_name(op), a);
   detail::check_defined(op_name(op), b, "second input");
+  // Fast path (the common case): one device, one dtype, no cast needed; no handle copies.
+  if (a.device() == b.device() && a.dtype() == b.dtype()) {
+    DType out_dtype = result_dtype(op, a, b);
+    if (out_dtype == a.dtype() || out_dtype == DType::b8) {
+      Tensor out = detail::make_tensor(
+          a.sizes() == b.sizes() ? a.sizes() : broadcast_shapes(a.sizes(), b.sizes(), op_name(op)),
+          out_dtype, a.device());
+      EMBER_DISPATCH_KERNEL(a.device(), binary_kernel, op, a, b, out);
+      return out;
+    }
+  }
   Tensor bb = on_device_of(op_name(op), b, a);
   Tensor aa = on_device_of(op_name(op), a, bb);
   DType compute = result_type(aa, bb);

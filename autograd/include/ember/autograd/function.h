@@ -38,6 +38,14 @@ class Saved {
 };
 inline Saved save(const Tensor& t) { return Saved(t); }
 
+// An input of record(): a reference, so the no-grad path copies no handles (each copy of a
+// Tensor is an atomic reference-count update, and this path runs once per op).
+struct TensorRef {
+  const Tensor& tensor;
+  TensorRef(const Tensor& t) : tensor(t) {}
+  operator const Tensor&() const { return tensor; }
+};
+
 // True when an op on these inputs must record a node.
 template <class Range>
 bool needs_grad(const Range& inputs) {
@@ -131,9 +139,9 @@ class FunctionNode final : public Node {
 
 // The inputs are an initializer list so that the no-grad path allocates nothing.
 template <class Vjp>
-Tensor record(const char* name, Tensor output, std::initializer_list<Tensor> inputs, Vjp&& vjp) {
+Tensor record(const char* name, Tensor output, std::initializer_list<TensorRef> inputs, Vjp&& vjp) {
   if (!needs_grad(inputs)) return output;
-  TensorList in(inputs);
+  TensorList in(inputs.begin(), inputs.end());
   using Fn = detail::FunctionNode<std::decay_t<Vjp>>;
   auto node = std::make_shared<Fn>(name, std::forward<Vjp>(vjp), in, output);
   return detail::attach(std::move(node), output, in);
