@@ -38,7 +38,10 @@ Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
   Tensor bs = alpha.to_double() == 1.0 ? b : mul(b, scalar_like(alpha, b));
   return record("add", ops::binary(BinaryOp::add, a, bs), {a, bs},
                 [sa = a.sizes(), sb = bs.sizes()](const Tensor& g) -> TensorList {
-                  return {sum_to(g, sa), sum_to(g, sb)};
+                  // Skipping unneeded inputs matters: `x + 1` would otherwise reduce the whole
+                  // gradient to the constant's 0-dim shape on every backward.
+                  return {needs_input_grad(0) ? sum_to(g, sa) : Tensor(),
+                          needs_input_grad(1) ? sum_to(g, sb) : Tensor()};
                 });
 }
 
@@ -46,31 +49,37 @@ Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
   Tensor bs = alpha.to_double() == 1.0 ? b : mul(b, scalar_like(alpha, b));
   return record("sub", ops::binary(BinaryOp::sub, a, bs), {a, bs},
                 [sa = a.sizes(), sb = bs.sizes()](const Tensor& g) -> TensorList {
-                  return {sum_to(g, sa), sum_to(neg(g), sb)};
+                  return {needs_input_grad(0) ? sum_to(g, sa) : Tensor(),
+                          needs_input_grad(1) ? sum_to(neg(g), sb) : Tensor()};
                 });
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   return record("mul", ops::binary(BinaryOp::mul, a, b), {a, b},
-                [a = save(a), b = save(b)](const Tensor& g) -> TensorList {
-                  return {needs_input_grad(0) ? sum_to(mul(g, b), a->sizes()) : Tensor(),
-                          needs_input_grad(1) ? sum_to(mul(g, a), b->sizes()) : Tensor()};
+                // Shapes are captured apart from the saved tensors: a saved tensor is read
+                // (and version-checked) only when its values are needed, so `h.mul_(2)` on a
+                // recorded h (which overwrites the saved h) still differentiates.
+                [a = save(a), b = save(b), sa = a.sizes(), sb = b.sizes()](const Tensor& g) -> TensorList {
+                  return {needs_input_grad(0) ? sum_to(mul(g, b), sa) : Tensor(),
+                          needs_input_grad(1) ? sum_to(mul(g, a), sb) : Tensor()};
                 });
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
   return record("div", ops::binary(BinaryOp::div, a, b), {a, b},
-                [a = save(a), b = save(b)](const Tensor& g, const Tensor& y) -> TensorList {
-                  return {sum_to(div(g, b), a->sizes()), sum_to(neg(div(mul(g, y), b)), b->sizes())};
+                [b = save(b), sa = a.sizes(), sb = b.sizes()](const Tensor& g, const Tensor& y) -> TensorList {
+                  return {needs_input_grad(0) ? sum_to(div(g, b), sa) : Tensor(),
+                          needs_input_grad(1) ? sum_to(neg(div(mul(g, y), b)), sb) : Tensor()};
                 });
 }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
   return record("pow", ops::binary(BinaryOp::pow, a, b), {a, b},
-                [a = save(a), b = save(b)](const Tensor& g, const Tensor& y) -> TensorList {
-                  Tensor ga = mul(mul(g, b), pow(a, sub(b, scalar_like(1, b))));
-                  Tensor gb = mul(mul(g, y), log(a));
-                  return {sum_to(ga, a->sizes()), sum_to(gb, b->sizes())};
+                [a = save(a), b = save(b), sa = a.sizes(), sb = b.sizes()](const Tensor& g, const Tensor& y) -> TensorList {
+                  Tensor ga, gb;
+                  if (needs_input_grad(0)) ga = sum_to(mul(mul(g, b), pow(a, sub(b, scalar_like(1, b)))), sa);
+                  if (needs_input_grad(1)) gb = sum_to(mul(mul(g, y), log(a)), sb);
+                  return {ga, gb};
                 });
 }
 
@@ -142,8 +151,9 @@ Tensor sigmoid(const Tensor& x) {
   });
 }
 Tensor relu(const Tensor& x) {
-  return record("relu", ops::unary(UnaryOp::relu, x), {x}, [x = save(x)](const Tensor& g) -> TensorList {
-    return {fused_backward(BinaryOp::relu_backward, g, x)};
+  // The output decides the mask (y > 0 exactly where x > 0), so relu_ stays differentiable.
+  return record("relu", ops::unary(UnaryOp::relu, x), {x}, [](const Tensor& g, const Tensor& y) -> TensorList {
+    return {fused_backward(BinaryOp::relu_backward, g, y)};
   });
 }
 Tensor gelu(const Tensor& x, bool tanh_approximation) {
@@ -183,17 +193,21 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return record("where", ops::where(cond, a, b), {a, b},
                 [cond, sa = a.sizes(), sb = b.sizes()](const Tensor& g) -> TensorList {
                   Tensor zero = scalar_like(0, g);
-                  return {sum_to(where(cond, g, zero), sa), sum_to(where(cond, zero, g), sb)};
+                  return {needs_input_grad(0) ? sum_to(where(cond, g, zero), sa) : Tensor(),
+                          needs_input_grad(1) ? sum_to(where(cond, zero, g), sb) : Tensor()};
                 });
 }
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b) { return where(cond, a, scalar_like(b, a)); }
 Tensor where(const Tensor& cond, Scalar a, const Tensor& b) { return where(cond, scalar_like(a, b), b); }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
-  Tensor out = where(mask, scalar_like(value, x), x);
+  ember::detail::check_defined("masked_fill", x);
+  // The value is converted to x's dtype first, so x's own elements never pass through another
+  // dtype (an i64 tensor filled with 2.5 must not round its other elements through f32).
+  Tensor out = where(mask, ops::scalar_tensor(value, x.dtype(), x.device()), x);
   EMBER_CHECK(out.sizes() == x.sizes(), ShapeError, "[masked_fill] mask of shape ", mask.sizes(),
               " must broadcast to the input shape ", x.sizes());
-  return out.dtype() == x.dtype() ? out : to(out, x.device(), x.dtype());
+  return out;
 }
 
 #define EMBER_COMPARISON(name)                                 \

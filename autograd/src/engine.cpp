@@ -46,6 +46,10 @@ TensorList run_backward(const std::vector<std::shared_ptr<Node>>& roots, TensorL
                         bool retain_graph, bool create_graph,
                         const std::vector<std::shared_ptr<Node>>& captures) {
   AutoGradMode grad_mode(create_graph);
+  // As in PyTorch, where retain_graph defaults to create_graph: a differentiable gradient
+  // refers to the saved tensors of the forward graph, so freeing them would make the very
+  // next (higher-order) backward fail.
+  retain_graph = retain_graph || create_graph;
   // Dependency counts over everything reachable from the roots.
   std::unordered_map<Node*, int> deps;
   std::vector<Node*> order;  // discovery order, for the "needed" pass
@@ -165,7 +169,10 @@ TensorList AccumulateGrad::apply(Tensor grad) {
   if (!acc.defined()) {
     // Steal the buffer when nothing else can see it; otherwise copy so that .grad never
     // aliases another tensor (it is accumulated into in place later).
-    bool exclusive = grad.storage().use_count() == 1 && grad.is_contiguous() &&
+    // Both counts matter: handles share an impl (a caller's gradient passed to backward()
+    // arrives here as the very impl the caller still holds), views share the storage.
+    bool exclusive = grad.impl_ptr().use_count() == 1 && grad.storage().use_count() == 1 &&
+                     grad.is_contiguous() &&
                      size_t(grad.numel()) * grad.element_size() == grad.storage()->nbytes();
     if (GradMode::is_enabled()) acc = grad;
     else if (exclusive) acc = grad.detach();

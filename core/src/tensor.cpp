@@ -41,6 +41,20 @@ double load(DType dtype, const char* p) {
   return visit_dtype(dtype, [&](auto tag) { return load_as_double<decltype(tag)>(p); });
 }
 
+// Integer dtypes read exactly (a double holds only 53 bits of an i64).
+int64_t load_int(DType dtype, const char* p) {
+  return visit_dtype(dtype, [&](auto tag) -> int64_t {
+    using S = decltype(tag);
+    if constexpr (std::is_integral_v<S>) {
+      S v;
+      std::memcpy(&v, p, sizeof(S));
+      return int64_t(v);
+    } else {
+      return int64_t(load_as_double<S>(p));
+    }
+  });
+}
+
 // Calls f(storage element index) for every element in row-major order.
 template <class F>
 void for_each_offset(const Tensor& t, F&& f) {
@@ -88,8 +102,12 @@ double Tensor::item_double() const {
 }
 
 int64_t Tensor::item_int() const {
-  double v = item_double();
-  return int64_t(v);
+  detail::check_defined("item", *this);
+  EMBER_CHECK(numel() == 1, ValueError, "[item] a tensor with ", numel(),
+              " elements cannot be converted to a scalar (shape ", sizes(), ")");
+  char buf[8];
+  cuda::detail::copy_bytes(buf, Device::cpu(), data_ptr(), device(), element_size());
+  return load_int(dtype(), buf);
 }
 
 template <class T>
@@ -100,6 +118,12 @@ std::vector<T> Tensor::to_vector() const {
   out.reserve(size_t(numel()));
   size_t isz = element_size();
   DType dt = dtype();
+  if constexpr (std::is_integral_v<T>) {
+    if (is_integral(dt, /*include_bool=*/true)) {
+      for_each_offset(*this, [&](int64_t off) { out.push_back(T(load_int(dt, bytes.base + off * isz))); });
+      return out;
+    }
+  }
   for_each_offset(*this, [&](int64_t off) { out.push_back(T(load(dt, bytes.base + off * isz))); });
   return out;
 }
