@@ -1,0 +1,128 @@
+// Differentiable fused nn ops: softmax, log_softmax, cross_entropy, layer_norm. Each forward
+// is one fused kernel (ops/include/ember/ops/nn.h) and each VJP one fused backward kernel,
+// using what the forward saved (the output for softmax, per-row max and log-sum-exp for
+// cross-entropy, per-row mean and rstd for layer norm).
+//
+// Double backward: softmax and log_softmax are differentiable any number of times (their
+// backward ops are recorded with VJPs written in ember ops, which need the reduce family's
+// sum). cross_entropy's and layer_norm's backward ops are recorded with a VJP that throws
+// NotImplementedError, so differentiating their gradients fails loudly instead of silently
+// giving zeros.
+#include <algorithm>
+
+#include "ember/ops/nn.h"
+#include "inplace.h"
+
+namespace ember {
+
+using autograd::needs_input_grad;
+using autograd::record;
+using autograd::save;
+
+namespace {
+
+// The dims to reduce over in the composite double-backward formulas (a 0-dim tensor is one
+// row of one element: reduce over all of it).
+Shape reduce_dims(const Tensor& t, int64_t dim) { return t.dim() == 0 ? Shape{} : Shape{dim}; }
+
+// dx = y * (g - sum(g*y)). Its Jacobian in g is symmetric, so dg = softmax_backward(h, y);
+// d/dy of <h, dx> = h * (g - sum(g*y)) - g * sum(h*y).
+Tensor softmax_backward(const Tensor& g, const Tensor& y, int64_t dim) {
+  return record("softmax_backward", ops::softmax_backward(g, y, dim), {g, y},
+                [g = save(g), y = save(y), dim](const Tensor& h) -> TensorList {
+                  const Tensor& gv = g;
+                  const Tensor& yv = y;
+                  const Shape dims = reduce_dims(yv, dim);
+                  Tensor dg, dy;
+                  if (needs_input_grad(0)) dg = softmax_backward(h, yv, dim);
+                  if (needs_input_grad(1))
+                    dy = sub(mul(h, sub(gv, sum(mul(gv, yv), dims, true))),
+                             mul(gv, sum(mul(h, yv), dims, true)));
+                  return {dg, dy};
+                });
+}
+
+// dx = g - exp(y) * sum(g): dg = h - sum(h * exp(y)); dy = -h * exp(y) * sum(g).
+Tensor log_softmax_backward(const Tensor& g, const Tensor& y, int64_t dim) {
+  return record("log_softmax_backward", ops::log_softmax_backward(g, y, dim), {g, y},
+                [g = save(g), y = save(y), dim](const Tensor& h) -> TensorList {
+                  const Tensor& gv = g;
+                  const Shape dims = reduce_dims(gv, dim);
+                  Tensor p = exp(y.get());
+                  Tensor hp = mul(h, p);
+                  Tensor dg, dy;
+                  if (needs_input_grad(0)) dg = sub(h, sum(hp, dims, true));
+                  if (needs_input_grad(1)) dy = neg(mul(hp, sum(gv, dims, true)));
+                  return {dg, dy};
+                });
+}
+
+// Records `grad` (a fused backward kernel's result, computed from `inputs`) so that
+// differentiating it again throws instead of treating it as a constant.
+Tensor no_double_backward(const char* name, const Tensor& grad, std::initializer_list<Tensor> inputs) {
+  if (!grad.defined()) return grad;
+  return record(name, grad, inputs, [name](const Tensor&) -> TensorList {
+    throw NotImplementedError(str("[", name, "] double backward (differentiating this op's "
+                                  "gradient) is not implemented"));
+  });
+}
+
+ops::LossReduction to_ops(Reduction r) {
+  switch (r) {
+    case Reduction::none: return ops::LossReduction::none;
+    case Reduction::sum: return ops::LossReduction::sum;
+    case Reduction::mean: return ops::LossReduction::mean;
+  }
+  return ops::LossReduction::mean;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) {
+  Tensor y = ops::softmax(x, dim);
+  const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "softmax");
+  return record("softmax", y, {x}, [d](const Tensor& g, const Tensor& out) -> TensorList {
+    return {softmax_backward(g, out, d)};
+  });
+}
+
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  Tensor y = ops::log_softmax(x, dim);
+  const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "log_softmax");
+  return record("log_softmax", y, {x}, [d](const Tensor& g, const Tensor& out) -> TensorList {
+    return {log_softmax_backward(g, out, d)};
+  });
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
+  const ops::CrossEntropyParams p{options.ignore_index, options.label_smoothing,
+                                  to_ops(options.reduction)};
+  ops::CrossEntropyForward f = ops::cross_entropy_forward(logits, target, p);
+  return record("cross_entropy", f.loss, {logits},
+                [x = save(logits), t = save(target), m = f.row_max, ls = f.log_sum,
+                 p](const Tensor& g) -> TensorList {
+                  const Tensor& xv = x;
+                  return {no_double_backward("cross_entropy_backward",
+                                             ops::cross_entropy_backward(g, xv, t, m, ls, p), {g, xv})};
+                });
+}
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  ops::LayerNormForward f = ops::layer_norm_forward(x, normalized_shape, weight, bias, eps);
+  return record("layer_norm", f.y, {x, weight, bias},
+                [x = save(x), w = save(weight), ns = normalized_shape, mean = f.mean,
+                 rstd = f.rstd](const Tensor& g) -> TensorList {
+                  const Tensor& xv = x;
+                  const Tensor& wv = w;
+                  ops::LayerNormBackward b = ops::layer_norm_backward(
+                      g, xv, ns, wv, mean, rstd,
+                      {needs_input_grad(0), needs_input_grad(1), needs_input_grad(2)});
+                  const char* name = "layer_norm_backward";
+                  return {no_double_backward(name, b.dx, {g, xv, wv}),
+                          no_double_backward(name, b.dweight, {g, xv}),
+                          no_double_backward(name, b.dbias, {g})};
+                });
+}
+
+}  // namespace ember

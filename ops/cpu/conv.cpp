@@ -1,0 +1,369 @@
+// CPU conv2d (im2col + GEMM) and max_pool2d, forward and backward.
+//
+// Invariants: buffers are dense NCHW (the front made them contiguous). Per sample and per
+// group, the convolution is one GEMM: y_g[Og, Ho*Wo] = w_g[Og, Cg*kH*kW] @ col[Cg*kH*kW, Ho*Wo],
+// where col is the im2col unfolding of that sample's group of channels (padding reads as 0).
+// A 1x1, stride-1, unpadded convolution needs no unfolding: the input plane already is col.
+// The backward passes reuse the same GEMM with transposed operands (mapped in place, not
+// copied): dcol = w_g^T @ dy_g folded back by col2im, and dw_g += dy_g @ col^T.
+// Threading follows Note [GEMM threading] (ops/cpu/linalg.cpp): samples in parallel with a
+// single-threaded GEMM each, or samples in turn with Eigen's threads inside each GEMM.
+// f16/bf16 compute in f32 (converted once per call, rounded once at the end).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/conv.h"
+#include "kernels/elementwise.h"
+#include "kernels/linalg.h"
+
+namespace ember::ops::cpu {
+
+namespace {
+
+constexpr double kEigenMinTaskMacs = 50000;  // see ops/cpu/linalg.cpp
+constexpr double kParallelMinMacs = 4 * kEigenMinTaskMacs;
+constexpr int64_t kPoolParallelGrain = 32768;
+
+bool is_16bit(DType t) { return t == DType::f16 || t == DType::bf16; }
+
+Tensor as_f32(const Tensor& t) {
+  if (!t.defined()) return t;
+  Tensor out = detail::make_tensor(t.sizes(), DType::f32, t.device());
+  copy_kernel(out, t);
+  return out;
+}
+
+struct Geometry {
+  int64_t N, C, H, W;  // input
+  int64_t O, kh, kw;   // weight
+  int64_t Ho, Wo;      // output
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+  int64_t Cg, Og, ckk, hw;  // per group: channels in/out, col rows (Cg*kh*kw), col cols (Ho*Wo)
+  bool direct;              // 1x1, stride 1, no padding: the input is its own col matrix
+
+  Geometry(const Shape& x, const Shape& w, const Conv2dParams& p)
+      : N(x[0]), C(x[1]), H(x[2]), W(x[3]), O(w[0]), kh(w[2]), kw(w[3]),
+        Ho(conv_output_size(H, kh, p.stride[0], p.padding[0], p.dilation[0])),
+        Wo(conv_output_size(W, kw, p.stride[1], p.padding[1], p.dilation[1])),
+        sh(p.stride[0]), sw(p.stride[1]), ph(p.padding[0]), pw(p.padding[1]),
+        dh(p.dilation[0]), dw(p.dilation[1]), groups(p.groups), Cg(C / p.groups),
+        Og(O / p.groups), ckk(Cg * kh * kw), hw(Ho * Wo),
+        direct(kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0) {}
+
+  // The ow range [lo, hi) whose input column ow * sw + off lies inside [0, W).
+  void valid_cols(int64_t off, int64_t& lo, int64_t& hi) const {
+    lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+    hi = W - off <= 0 ? 0 : (W - 1 - off) / sw + 1;
+    lo = std::min(lo, Wo);
+    hi = std::clamp(hi, lo, Wo);
+  }
+  // Whether samples run in parallel (each GEMM on one thread) rather than one GEMM at a time
+  // on Eigen's threads: whichever keeps more threads busy.
+  bool parallel_samples() const {
+    const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    const double macs = double(Og) * double(hw) * double(ckk);
+    const int64_t inner = std::clamp<int64_t>(int64_t(macs / kEigenMinTaskMacs), 1, threads);
+    return N > 1 && threads > 1 && macs * double(N * groups) >= kParallelMinMacs &&
+           std::min(N, threads) >= inner;
+  }
+};
+
+// col[Cg*kh*kw, Ho*Wo] from one sample's group of channels x[Cg, H, W].
+template <class T>
+void im2col(const T* x, const Geometry& g, T* col) {
+  for (int64_t c = 0; c < g.Cg; ++c) {
+    const T* plane = x + c * g.H * g.W;
+    for (int64_t ki = 0; ki < g.kh; ++ki) {
+      for (int64_t kj = 0; kj < g.kw; ++kj) {
+        T* dst = col + ((c * g.kh + ki) * g.kw + kj) * g.hw;
+        int64_t lo, hi;
+        const int64_t off = kj * g.dw - g.pw;
+        g.valid_cols(off, lo, hi);
+        for (int64_t oh = 0; oh < g.Ho; ++oh) {
+          T* row = dst + oh * g.Wo;
+          const int64_t ih = oh * g.sh - g.ph + ki * g.dh;
+          if (ih < 0 || ih >= g.H) {
+            std::fill(row, row + g.Wo, T(0));
+            continue;
+          }
+          const T* src = plane + ih * g.W;  // input column of ow: off + ow * sw
+          std::fill(row, row + lo, T(0));
+          if (g.sw == 1 && lo < hi) std::copy(src + off + lo, src + off + hi, row + lo);
+          else
+            for (int64_t ow = lo; ow < hi; ++ow) row[ow] = src[off + ow * g.sw];
+          std::fill(row + hi, row + g.Wo, T(0));
+        }
+      }
+    }
+  }
+}
+
+// x[Cg, H, W] += the col2im folding of col (the adjoint of im2col).
+template <class T>
+void col2im(const T* col, const Geometry& g, T* x) {
+  for (int64_t c = 0; c < g.Cg; ++c) {
+    T* plane = x + c * g.H * g.W;
+    for (int64_t ki = 0; ki < g.kh; ++ki) {
+      for (int64_t kj = 0; kj < g.kw; ++kj) {
+        const T* src = col + ((c * g.kh + ki) * g.kw + kj) * g.hw;
+        int64_t lo, hi;
+        const int64_t off = kj * g.dw - g.pw;
+        g.valid_cols(off, lo, hi);
+        for (int64_t oh = 0; oh < g.Ho; ++oh) {
+          const int64_t ih = oh * g.sh - g.ph + ki * g.dh;
+          if (ih < 0 || ih >= g.H) continue;
+          T* dst = plane + ih * g.W;
+          const T* row = src + oh * g.Wo;
+          for (int64_t ow = lo; ow < hi; ++ow) dst[off + ow * g.sw] += row[ow];
+        }
+      }
+    }
+  }
+}
+
+// Runs f(n, col_buffer) for every sample, in parallel or not (Geometry::parallel_samples).
+template <class T, class F>
+void for_each_sample(const Geometry& g, F f) {
+  const size_t col_elems = g.direct ? 0 : size_t(g.ckk * g.hw);
+  if (g.parallel_samples()) {
+#pragma omp parallel
+    {
+      std::vector<T> col(col_elems);
+#pragma omp for schedule(static)
+      for (int64_t n = 0; n < g.N; ++n) f(n, col.data());
+    }
+  } else {
+    std::vector<T> col(col_elems);
+    for (int64_t n = 0; n < g.N; ++n) f(n, col.data());
+  }
+}
+
+template <class T>
+void conv_forward(const T* x, const T* w, const T* bias, T* y, const Geometry& g) {
+  for_each_sample<T>(g, [&](int64_t n, T* col) {
+    for (int64_t gi = 0; gi < g.groups; ++gi) {
+      const T* xg = x + (n * g.C + gi * g.Cg) * g.H * g.W;
+      T* yg = y + (n * g.O + gi * g.Og) * g.hw;
+      const T* cols = xg;
+      if (!g.direct) {
+        im2col(xg, g, col);
+        cols = col;
+      }
+      if (bias)
+        for (int64_t o = 0; o < g.Og; ++o) std::fill(yg + o * g.hw, yg + (o + 1) * g.hw, bias[gi * g.Og + o]);
+      gemm<T>(g.Og, g.hw, g.ckk, {w + gi * g.Og * g.ckk, g.ckk, 1}, {cols, g.hw, 1}, {yg, g.hw, 1},
+              bias != nullptr);
+    }
+  });
+}
+
+template <class T>
+void conv_backward_input(const T* gy, const T* w, T* gx, const Geometry& g) {
+  for_each_sample<T>(g, [&](int64_t n, T* col) {
+    for (int64_t gi = 0; gi < g.groups; ++gi) {
+      T* gxg = gx + (n * g.C + gi * g.Cg) * g.H * g.W;
+      const T* gyg = gy + (n * g.O + gi * g.Og) * g.hw;
+      MatRef<const T> wt{w + gi * g.Og * g.ckk, 1, g.ckk};  // w_g^T, read in place
+      if (g.direct) {
+        gemm<T>(g.ckk, g.hw, g.Og, wt, {gyg, g.hw, 1}, {gxg, g.hw, 1}, false);
+        continue;
+      }
+      gemm<T>(g.ckk, g.hw, g.Og, wt, {gyg, g.hw, 1}, {col, g.hw, 1}, false);
+      std::fill(gxg, gxg + g.Cg * g.H * g.W, T(0));
+      col2im(col, g, gxg);
+    }
+  });
+}
+
+template <class T>
+void conv_backward_weight(const T* gy, const T* x, T* gw, const Geometry& g) {
+  const size_t wsize = size_t(g.O * g.ckk);
+  std::fill(gw, gw + wsize, T(0));
+  // dw_g += dy_g[Og, hw] @ col^T[hw, ckk] for one sample, into acc.
+  auto sample = [&](int64_t n, T* col, T* acc) {
+    for (int64_t gi = 0; gi < g.groups; ++gi) {
+      const T* xg = x + (n * g.C + gi * g.Cg) * g.H * g.W;
+      const T* gyg = gy + (n * g.O + gi * g.Og) * g.hw;
+      const T* cols = xg;
+      if (!g.direct) {
+        im2col(xg, g, col);
+        cols = col;
+      }
+      gemm<T>(g.Og, g.ckk, g.hw, {gyg, g.hw, 1}, {cols, 1, g.hw}, {acc + gi * g.Og * g.ckk, g.ckk, 1}, true);
+    }
+  };
+  const size_t col_elems = g.direct ? 0 : size_t(g.ckk * g.hw);
+  if (g.parallel_samples()) {
+    // Samples in parallel: each thread sums its samples privately, then the sums are added.
+#pragma omp parallel
+    {
+      std::vector<T> col(col_elems), acc(wsize, T(0));
+#pragma omp for schedule(static) nowait
+      for (int64_t n = 0; n < g.N; ++n) sample(n, col.data(), acc.data());
+#pragma omp critical(ember_conv_backward_weight)
+      for (size_t i = 0; i < wsize; ++i) gw[i] += acc[i];
+    }
+  } else {
+    std::vector<T> col(col_elems);
+    for (int64_t n = 0; n < g.N; ++n) sample(n, col.data(), gw);
+  }
+}
+
+// Calls f(T{}) for f32 / f64 (the 16-bit types were converted to f32 by the caller).
+template <class F>
+void visit_f32_f64(DType t, F&& f) {
+  if (t == DType::f64) f(double{});
+  else f(float{});
+}
+
+}  // namespace
+
+void conv2d_fwd_kernel(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                       const Conv2dParams& p) {
+  if (is_16bit(x.dtype())) {
+    Tensor y32 = detail::make_tensor(y.sizes(), DType::f32, y.device());
+    conv2d_fwd_kernel(as_f32(x), as_f32(w), as_f32(bias), y32, p);
+    copy_kernel(y, y32);
+    return;
+  }
+  const Geometry g(x.sizes(), w.sizes(), p);
+  visit_f32_f64(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    conv_forward<T>(static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
+                    bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr,
+                    static_cast<T*>(y.data_ptr()), g);
+  });
+}
+
+void conv2d_bwd_input_kernel(const Tensor& gy, const Tensor& w, const Tensor& gx, const Conv2dParams& p) {
+  if (is_16bit(gy.dtype())) {
+    Tensor gx32 = detail::make_tensor(gx.sizes(), DType::f32, gx.device());
+    conv2d_bwd_input_kernel(as_f32(gy), as_f32(w), gx32, p);
+    copy_kernel(gx, gx32);
+    return;
+  }
+  const Geometry g(gx.sizes(), w.sizes(), p);
+  visit_f32_f64(gy.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    conv_backward_input<T>(static_cast<const T*>(gy.data_ptr()), static_cast<const T*>(w.data_ptr()),
+                           static_cast<T*>(gx.data_ptr()), g);
+  });
+}
+
+void conv2d_bwd_weight_kernel(const Tensor& gy, const Tensor& x, const Tensor& gw, const Conv2dParams& p) {
+  if (is_16bit(gy.dtype())) {
+    Tensor gw32 = detail::make_tensor(gw.sizes(), DType::f32, gw.device());
+    conv2d_bwd_weight_kernel(as_f32(gy), as_f32(x), gw32, p);
+    copy_kernel(gw, gw32);
+    return;
+  }
+  const Geometry g(x.sizes(), gw.sizes(), p);
+  visit_f32_f64(gy.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    conv_backward_weight<T>(static_cast<const T*>(gy.data_ptr()), static_cast<const T*>(x.data_ptr()),
+                            static_cast<T*>(gw.data_ptr()), g);
+  });
+}
+
+void conv2d_bwd_bias_kernel(const Tensor& gy, const Tensor& gb) {
+  const int64_t N = gy.sizes()[0], O = gy.sizes()[1], hw = gy.sizes()[2] * gy.sizes()[3];
+  visit_floating(gy.dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    const S* g = static_cast<const S*>(gy.data_ptr());
+    S* out = static_cast<S*>(gb.data_ptr());
+#pragma omp parallel for schedule(static) if (N * O * hw > kPoolParallelGrain && !omp_in_parallel())
+    for (int64_t o = 0; o < O; ++o) {
+      double acc = 0;  // one rounding at the end, whatever the storage type
+      for (int64_t n = 0; n < N; ++n) {
+        const S* row = g + (n * O + o) * hw;
+        for (int64_t i = 0; i < hw; ++i) acc += double(compute_t<S>(row[i]));
+      }
+      out[o] = S(compute_t<S>(acc));
+    }
+  });
+}
+
+void max_pool2d_fwd_kernel(const Tensor& x, const Tensor& y, const Tensor& indices, const Pool2dParams& p) {
+  const int64_t planes = x.sizes()[0] * x.sizes()[1], H = x.sizes()[2], W = x.sizes()[3];
+  const int64_t Ho = y.sizes()[2], Wo = y.sizes()[3];
+  const int64_t kh = p.kernel[0], kw = p.kernel[1], sh = p.stride[0], sw = p.stride[1];
+  const int64_t ph = p.padding[0], pw = p.padding[1];
+  visit_floating(x.dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    using C = compute_t<S>;
+    const S* xs = static_cast<const S*>(x.data_ptr());
+    S* ys = static_cast<S*>(y.data_ptr());
+    int64_t* is = static_cast<int64_t*>(indices.data_ptr());
+#pragma omp parallel for schedule(static) if (planes * Ho * Wo * kh * kw > kPoolParallelGrain && !omp_in_parallel())
+    for (int64_t pl = 0; pl < planes; ++pl) {
+      const S* xp = xs + pl * H * W;
+      S* yp = ys + pl * Ho * Wo;
+      int64_t* ip = is + pl * Ho * Wo;
+      for (int64_t oh = 0; oh < Ho; ++oh) {
+        // The window is never empty: padding <= kernel / 2 (validated by the front).
+        const int64_t h0 = oh * sh - ph, hs = std::max<int64_t>(h0, 0), he = std::min(h0 + kh, H);
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          const int64_t w0 = ow * sw - pw, ws = std::max<int64_t>(w0, 0), we = std::min(w0 + kw, W);
+          int64_t best_i = hs * W + ws;
+          C best = C(xp[best_i]);
+          for (int64_t ih = hs; ih < he && !std::isnan(best); ++ih)
+            for (int64_t iw = ws; iw < we; ++iw) {
+              const C v = C(xp[ih * W + iw]);
+              if (v > best || std::isnan(v)) {
+                best = v;
+                best_i = ih * W + iw;
+                if (std::isnan(v)) break;
+              }
+            }
+          yp[oh * Wo + ow] = S(best);
+          ip[oh * Wo + ow] = best_i;
+        }
+      }
+    }
+  });
+}
+
+void max_pool2d_bwd_kernel(const Tensor& gy, const Tensor& indices, const Tensor& gx) {
+  const int64_t planes = gx.sizes()[0] * gx.sizes()[1], hw_in = gx.sizes()[2] * gx.sizes()[3];
+  const int64_t hw_out = gy.sizes()[2] * gy.sizes()[3];
+  visit_floating(gy.dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    using C = compute_t<S>;
+    const S* g = static_cast<const S*>(gy.data_ptr());
+    const int64_t* idx = static_cast<const int64_t*>(indices.data_ptr());
+    S* out = static_cast<S*>(gx.data_ptr());
+#pragma omp parallel if (planes * (hw_in + hw_out) > kPoolParallelGrain && !omp_in_parallel())
+    {
+      // Overlapping windows add several gradients into one element: sum in the compute type.
+      std::vector<C> acc(static_cast<size_t>(hw_in));
+#pragma omp for schedule(static)
+      for (int64_t pl = 0; pl < planes; ++pl) {
+        std::fill(acc.begin(), acc.end(), C(0));
+        const S* gp = g + pl * hw_out;
+        const int64_t* ip = idx + pl * hw_out;
+        for (int64_t j = 0; j < hw_out; ++j) acc[size_t(ip[j])] += C(gp[j]);
+        S* op = out + pl * hw_in;
+        for (int64_t i = 0; i < hw_in; ++i) op[i] = S(acc[size_t(i)]);
+      }
+    }
+  });
+}
+
+void max_pool2d_gather_kernel(const Tensor& gx, const Tensor& indices, const Tensor& gy) {
+  const int64_t planes = gy.sizes()[0] * gy.sizes()[1], hw_in = gx.sizes()[2] * gx.sizes()[3];
+  const int64_t hw_out = gy.sizes()[2] * gy.sizes()[3];
+  visit_floating(gx.dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    const S* in = static_cast<const S*>(gx.data_ptr());
+    const int64_t* idx = static_cast<const int64_t*>(indices.data_ptr());
+    S* out = static_cast<S*>(gy.data_ptr());
+#pragma omp parallel for schedule(static) if (planes * hw_out > kPoolParallelGrain && !omp_in_parallel())
+    for (int64_t pl = 0; pl < planes; ++pl)
+      for (int64_t j = 0; j < hw_out; ++j) out[pl * hw_out + j] = in[pl * hw_in + idx[pl * hw_out + j]];
+  });
+}
+
+}  // namespace ember::ops::cpu

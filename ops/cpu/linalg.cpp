@@ -1,0 +1,217 @@
+// CPU GEMM: Eigen for f32/f64, a plain loop for integers, f16/bf16 through f32.
+//
+// Invariants: operands are mapped in place whenever Eigen can read them directly (a unit
+// stride in either dim: row-major or column-major, any leading dimension), so transposed
+// and sliced views cost no copy; other layouts (stride 0 inside a matrix, two non-unit
+// strides) are packed first. A column-major output is handled as its transpose
+// (c^T = b^T a^T), so the output is always written in place too.
+//
+// Note [GEMM threading]: one OpenMP level at a time. A batch runs either one GEMM per
+// thread (many small GEMMs) or one GEMM after another with Eigen's own OpenMP threads
+// inside each (few large GEMMs): whichever keeps more threads busy. Eigen runs
+// single-threaded when called inside a parallel region (it checks omp_get_num_threads()),
+// so a caller that already parallelizes (conv over the batch) never oversubscribes.
+#include <omp.h>
+
+// GCC 12 reports false -Wmaybe-uninitialized positives inside Eigen's AVX-512 packet code
+// when the GEMM is instantiated; they are Eigen's, not ours.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <Eigen/Core>
+#include <algorithm>
+#include <vector>
+
+#include "kernels/elementwise.h"
+#include "kernels/linalg.h"
+
+namespace ember::ops::cpu {
+
+namespace {
+
+// Eigen's heuristic: it gives a GEMM one thread per ~50k multiply-adds (Parallelizer.h).
+constexpr double kEigenMinTaskMacs = 50000;
+// Below this much work in total, a parallel region costs more than it saves.
+constexpr double kParallelMinMacs = 4 * kEigenMinTaskMacs;
+
+enum class Layout { row, col, none };
+
+// How Eigen can read a rows x cols matrix with strides (rs, cs) in place, and its leading
+// dimension. A size-1 dim's stride is irrelevant; the leading dimension must not make rows
+// (or columns) overlap, as BLAS requires.
+Layout layout_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t& ld) {
+  if ((cs == 1 || cols <= 1) && (rows <= 1 || rs >= std::max<int64_t>(cols, 1))) {
+    ld = rows <= 1 ? std::max<int64_t>(cols, 1) : rs;
+    return Layout::row;
+  }
+  if ((rs == 1 || rows <= 1) && (cols <= 1 || cs >= std::max<int64_t>(rows, 1))) {
+    ld = cols <= 1 ? std::max<int64_t>(rows, 1) : cs;
+    return Layout::col;
+  }
+  return Layout::none;
+}
+
+template <class T>
+MatRef<const T> pack_row_major(int64_t rows, int64_t cols, MatRef<const T> m, std::vector<T>& buf) {
+  buf.resize(size_t(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) buf[size_t(i * cols + j)] = m.p[i * m.rs + j * m.cs];
+  return {buf.data(), cols, 1};
+}
+
+template <class T, int Order>
+using ConstMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>,
+                            Eigen::Unaligned, Eigen::OuterStride<>>;
+template <class T>
+using RowMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>,
+                          Eigen::Unaligned, Eigen::OuterStride<>>;
+
+template <class T, class Lhs, class Rhs>
+void product_into(RowMap<T>& c, const Lhs& a, const Rhs& b, bool accumulate) {
+  if (accumulate) c.noalias() += a * b;
+  else c.noalias() = a * b;
+}
+
+// Integers: Eigen's GEMM is tuned for floating types only; a cache-friendly i-k-j loop.
+template <class T>
+void gemm_loop(int64_t M, int64_t N, int64_t K, MatRef<const T> a, MatRef<const T> b, MatRef<T> c,
+               bool accumulate) {
+#pragma omp parallel for schedule(static) if (M * N * K > (int64_t(1) << 18) && !omp_in_parallel())
+  for (int64_t i = 0; i < M; ++i) {
+    T* ci = c.p + i * c.rs;
+    if (!accumulate)
+      for (int64_t j = 0; j < N; ++j) ci[j * c.cs] = T(0);
+    for (int64_t k = 0; k < K; ++k) {
+      const T av = a.p[i * a.rs + k * a.cs];
+      const T* bk = b.p + k * b.rs;
+      for (int64_t j = 0; j < N; ++j) ci[j * c.cs] = T(ci[j * c.cs] + av * bk[j * b.cs]);
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+void gemm(int64_t M, int64_t N, int64_t K, MatRef<const T> a, MatRef<const T> b, MatRef<T> c,
+          bool accumulate) {
+  if (M == 0 || N == 0) return;
+  int64_t ldc = 0;
+  const Layout lc = layout_of(M, N, c.rs, c.cs, ldc);
+  if (lc == Layout::col) {  // c^T = b^T a^T with c^T row-major
+    gemm<T>(N, M, K, {b.p, b.cs, b.rs}, {a.p, a.cs, a.rs}, {c.p, c.cs, c.rs}, accumulate);
+    return;
+  }
+  if (lc == Layout::none) {  // not produced by ember's fronts; kept for completeness
+    std::vector<T> tmp(size_t(M * N));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) tmp[size_t(i * N + j)] = accumulate ? c.p[i * c.rs + j * c.cs] : T(0);
+    gemm<T>(M, N, K, a, b, {tmp.data(), N, 1}, true);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) c.p[i * c.rs + j * c.cs] = tmp[size_t(i * N + j)];
+    return;
+  }
+  RowMap<T> C(c.p, M, N, Eigen::OuterStride<>(ldc));
+  if (K == 0) {
+    if (!accumulate) C.setZero();
+    return;
+  }
+  std::vector<T> abuf, bbuf;
+  int64_t lda = 0, ldb = 0;
+  Layout la = layout_of(M, K, a.rs, a.cs, lda);
+  if (la == Layout::none) {
+    a = pack_row_major(M, K, a, abuf);
+    la = layout_of(M, K, a.rs, a.cs, lda);
+  }
+  Layout lb = layout_of(K, N, b.rs, b.cs, ldb);
+  if (lb == Layout::none) {
+    b = pack_row_major(K, N, b, bbuf);
+    lb = layout_of(K, N, b.rs, b.cs, ldb);
+  }
+  auto with_b = [&](const auto& A) {
+    if (lb == Layout::row)
+      product_into<T>(C, A, ConstMap<T, Eigen::RowMajor>(b.p, K, N, Eigen::OuterStride<>(ldb)), accumulate);
+    else
+      product_into<T>(C, A, ConstMap<T, Eigen::ColMajor>(b.p, K, N, Eigen::OuterStride<>(ldb)), accumulate);
+  };
+  if (la == Layout::row) with_b(ConstMap<T, Eigen::RowMajor>(a.p, M, K, Eigen::OuterStride<>(lda)));
+  else with_b(ConstMap<T, Eigen::ColMajor>(a.p, M, K, Eigen::OuterStride<>(lda)));
+}
+
+template void gemm<float>(int64_t, int64_t, int64_t, MatRef<const float>, MatRef<const float>,
+                          MatRef<float>, bool);
+template void gemm<double>(int64_t, int64_t, int64_t, MatRef<const double>, MatRef<const double>,
+                           MatRef<double>, bool);
+
+namespace {
+
+// An f32 copy of a 16-bit tensor that keeps its broadcast (stride-0) dims broadcast, so an
+// expanded operand is converted once, not once per repetition.
+Tensor to_f32_compact(const Tensor& t) {
+  Shape compact = t.sizes();
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.strides()[d] == 0) compact[d] = 1;
+  Tensor src = detail::make_view(t, compact, t.strides(), t.storage_offset());
+  Tensor dst = detail::make_tensor(compact, DType::f32, t.device());
+  copy_kernel(dst, src);
+  Shape strides = dst.strides();
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.strides()[d] == 0) strides[d] = 0;
+  return detail::make_view(dst, t.sizes(), strides, 0);
+}
+
+}  // namespace
+
+void gemm_kernel(const Tensor& a, const Tensor& b, const Tensor& c, bool accumulate) {
+  if (c.numel() == 0) return;
+  if (c.dtype() == DType::f16 || c.dtype() == DType::bf16) {
+    // Multiply in f32 and round once on the way out.
+    Tensor c32 = detail::make_tensor(c.sizes(), DType::f32, c.device());
+    if (accumulate) copy_kernel(c32, c);
+    gemm_kernel(to_f32_compact(a), to_f32_compact(b), c32, accumulate);
+    copy_kernel(c, c32);
+    return;
+  }
+  const int64_t nd = c.dim(), nb = nd - 2;
+  const int64_t M = c.sizes()[nb], N = c.sizes()[nb + 1], K = a.sizes()[nb + 1];
+  int64_t batch = 1;
+  for (int64_t d = 0; d < nb; ++d) batch *= c.sizes()[d];
+
+  visit_dtype(c.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      throw DTypeError(str("[matmul] is not implemented for ", c.dtype(), " on the CPU"));
+    } else {
+      const T* pa = static_cast<const T*>(a.data_ptr());
+      const T* pb = static_cast<const T*>(b.data_ptr());
+      T* pc = static_cast<T*>(c.data_ptr());
+      const int64_t ars = a.strides()[nb], acs = a.strides()[nb + 1];
+      const int64_t brs = b.strides()[nb], bcs = b.strides()[nb + 1];
+      const int64_t crs = c.strides()[nb], ccs = c.strides()[nb + 1];
+      auto one = [&](int64_t i) {
+        int64_t oa = 0, ob = 0, oc = 0;
+        for (int64_t d = nb - 1, rem = i; d >= 0; --d) {
+          const int64_t idx = rem % c.sizes()[d];
+          rem /= c.sizes()[d];
+          oa += idx * a.strides()[d];
+          ob += idx * b.strides()[d];
+          oc += idx * c.strides()[d];
+        }
+        MatRef<const T> ma{pa + oa, ars, acs}, mb{pb + ob, brs, bcs};
+        MatRef<T> mc{pc + oc, crs, ccs};
+        if constexpr (std::is_floating_point_v<T>) gemm<T>(M, N, K, ma, mb, mc, accumulate);
+        else gemm_loop<T>(M, N, K, ma, mb, mc, accumulate);
+      };
+      // Note [GEMM threading]: threads one GEMM would get from Eigen vs from the batch.
+      const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+      const double macs = double(M) * double(N) * double(K);
+      const int64_t inner = std::clamp<int64_t>(int64_t(macs / kEigenMinTaskMacs), 1, threads);
+      if (batch > 1 && threads > 1 && macs * double(batch) >= kParallelMinMacs &&
+          std::min(batch, threads) >= inner) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < batch; ++i) one(i);
+      } else {
+        for (int64_t i = 0; i < batch; ++i) one(i);
+      }
+    }
+  });
+}
+
+}  // namespace ember::ops::cpu

@@ -1,0 +1,50 @@
+// 2-D convolution and max pooling (NCHW), forward and backward: the autograd-oblivious
+// front. Arguments are validated here (messages name the shapes and parameters); inputs
+// are made contiguous before the backend kernels see them.
+#pragma once
+
+#include <array>
+
+#include "ember/tensor.h"
+
+namespace ember::ops {
+
+struct Conv2dParams {
+  std::array<int64_t, 2> stride{1, 1};
+  std::array<int64_t, 2> padding{0, 0};  // zeros on both sides
+  std::array<int64_t, 2> dilation{1, 1};
+  int64_t groups = 1;
+};
+
+struct Pool2dParams {
+  std::array<int64_t, 2> kernel{1, 1};
+  std::array<int64_t, 2> stride{1, 1};
+  std::array<int64_t, 2> padding{0, 0};  // -inf on both sides, at most kernel / 2
+};
+
+// Output spatial size of a convolution (pooling is the dilation-1 case):
+// floor((in + 2 * padding - dilation * (kernel - 1) - 1) / stride) + 1.
+int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation);
+
+// x [N, C, H, W], weight [O, C / groups, kH, kW], bias [O] or undefined -> [N, O, Ho, Wo].
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);
+// Gradients of conv2d given grad [N, O, Ho, Wo]: w.r.t. the input (of shape input_sizes),
+// the weight (of shape weight_sizes) and the bias ([O]).
+Tensor conv2d_backward_input(const Tensor& grad, const Tensor& weight, const Shape& input_sizes,
+                             const Conv2dParams& p);
+Tensor conv2d_backward_weight(const Tensor& grad, const Tensor& x, const Shape& weight_sizes,
+                              const Conv2dParams& p);
+Tensor conv2d_backward_bias(const Tensor& grad);
+
+// x [N, C, H, W] -> values [N, C, Ho, Wo] and i64 indices of the maxima, each the flat
+// position h * W + w inside its input plane (PyTorch's convention). NaN wins; ties keep the
+// first position in the window.
+ValuesIndices max_pool2d(const Tensor& x, const Pool2dParams& p);
+// Routes grad [N, C, Ho, Wo] to the argmax positions: a zero-filled tensor of input_sizes
+// with each grad added at its index.
+Tensor max_pool2d_backward(const Tensor& grad, const Tensor& indices, const Shape& input_sizes);
+// The adjoint of max_pool2d_backward: picks grad_input's values at the indices
+// ([N, C, H, W] -> indices' shape). Used for double backward.
+Tensor max_pool2d_gather(const Tensor& grad_input, const Tensor& indices);
+
+}  // namespace ember::ops

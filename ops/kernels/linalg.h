@@ -1,0 +1,31 @@
+#pragma once
+#include "dispatch.h"
+#include "ember/tensor.h"
+
+// gemm_kernel: c[i] = a[i] @ b[i] (c[i] += ... when accumulate) for every batch index i.
+// Preconditions the front guarantees: a [..., M, K], b [..., K, N], c [..., M, N] have the
+// same rank (>= 2) and the same batch sizes; one device, one dtype (not bool). a and b may
+// have any strides, stride 0 included (broadcast batch dims, expanded matrices); c has no
+// stride-0 dims and does not overlap a or b. M, N, K may be 0 (K == 0 gives zeros, or
+// leaves c untouched when accumulating).
+#define EMBER_LINALG_KERNELS \
+  void gemm_kernel(const Tensor& a, const Tensor& b, const Tensor& c, bool accumulate);
+
+EMBER_DECLARE_KERNELS(EMBER_LINALG_KERNELS)
+
+namespace ember::ops::cpu {
+// A strided matrix view in elements, for CPU kernels of other families (conv) that call the
+// GEMM on raw buffers: element (i, j) lives at p[i * rs + j * cs].
+template <class T>
+struct MatRef {
+  T* p;
+  int64_t rs, cs;
+};
+// c[M, N] = a[M, K] @ b[K, N] (+= when accumulate), single call, defined for float and
+// double. A matrix with a unit stride in either dim is used in place (row- or column-major);
+// any other layout is copied first. Runs on Eigen's threads unless called inside an OpenMP
+// parallel region (then on the calling thread only: no nested oversubscription).
+template <class T>
+void gemm(int64_t M, int64_t N, int64_t K, MatRef<const T> a, MatRef<const T> b, MatRef<T> c,
+          bool accumulate);
+}  // namespace ember::ops::cpu

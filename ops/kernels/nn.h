@@ -1,0 +1,32 @@
+#pragma once
+#include "dispatch.h"
+#include "ember/ops/nn.h"
+
+// Preconditions the front (ops/src/nn.cpp) guarantees:
+// softmax: x floating, numel > 0, 0 <= dim < x.dim() (x.dim() >= 1); out contiguous with x's
+//   shape and dtype; x may have any strides. bwd: grad, y and dx share shape and dtype, dx is
+//   contiguous, grad and y any strides.
+// cross_entropy: logits [N, C] floating (any strides, N, C >= 1), target [N] integral (any
+//   strides), row_max and log_sum [N] contiguous in the stats dtype, loss [N] (none) or [] in the logits'
+//   dtype; bwd: grad [N] (none) or [] in the logits' dtype, dlogits contiguous [N, C].
+// layer_norm: x contiguous viewed as [rows, cols]; weight/bias undefined or contiguous
+//   [cols] of x's dtype; y contiguous like x; mean/rstd contiguous [rows] in the stats
+//   dtype. bwd: grad contiguous like x; dx/dweight/dbias undefined or contiguous.
+#define EMBER_NN_KERNELS                                                                     \
+  void softmax_fwd_kernel(const Tensor& x, const Tensor& out, int64_t dim, bool log);       \
+  void softmax_bwd_kernel(const Tensor& grad, const Tensor& y, const Tensor& dx, int64_t dim, \
+                          bool log);                                                         \
+  void cross_entropy_fwd_kernel(const Tensor& logits, const Tensor& target, const Tensor& loss, \
+                                const Tensor& row_max, const Tensor& log_sum,                \
+                                const CrossEntropyParams& p);                                \
+  void cross_entropy_bwd_kernel(const Tensor& grad, const Tensor& logits, const Tensor& target, \
+                                const Tensor& row_max, const Tensor& log_sum,                \
+                                const Tensor& dlogits, const CrossEntropyParams& p);         \
+  void layer_norm_fwd_kernel(const Tensor& x, const Tensor& weight, const Tensor& bias,      \
+                             const Tensor& y, const Tensor& mean, const Tensor& rstd,        \
+                             int64_t cols, double eps);                                      \
+  void layer_norm_bwd_kernel(const Tensor& grad, const Tensor& x, const Tensor& weight,      \
+                             const Tensor& mean, const Tensor& rstd, const Tensor& dx,       \
+                             const Tensor& dweight, const Tensor& dbias, int64_t cols);
+
+EMBER_DECLARE_KERNELS(EMBER_NN_KERNELS)

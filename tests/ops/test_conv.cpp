@@ -1,0 +1,339 @@
+// conv2d and max_pool2d (forward and the ops-level backward kernels) against direct loops
+// written here in f64: no im2col, no GEMM, every output element summed from its definition.
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "ember/ops/conv.h"
+#include "support/test_support.h"
+
+using namespace ember;
+
+namespace {
+
+struct ConvCase {
+  int64_t N, C, H, W, O, kh, kw;
+  std::array<int64_t, 2> stride, padding, dilation;
+  int64_t groups;
+  bool bias;
+};
+
+std::string label(const ConvCase& c) {
+  return str("x[", c.N, ",", c.C, ",", c.H, ",", c.W, "] w[", c.O, ",", c.C / c.groups, ",", c.kh, ",", c.kw,
+             "] s", c.stride[0], c.stride[1], " p", c.padding[0], c.padding[1], " d", c.dilation[0],
+             c.dilation[1], " g", c.groups, c.bias ? " bias" : "");
+}
+
+const std::vector<ConvCase> kConvCases = {
+    {2, 3, 7, 6, 4, 3, 3, {1, 1}, {0, 0}, {1, 1}, 1, true},
+    {2, 3, 7, 6, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, false},
+    {1, 2, 9, 8, 3, 3, 2, {2, 3}, {1, 2}, {1, 1}, 1, true},    // asymmetric everything
+    {2, 2, 9, 9, 2, 3, 3, {1, 1}, {2, 2}, {2, 2}, 1, true},    // dilation
+    {2, 4, 6, 6, 6, 3, 3, {1, 1}, {1, 1}, {1, 1}, 2, true},    // groups
+    {1, 6, 5, 5, 6, 3, 3, {2, 2}, {1, 1}, {1, 1}, 6, false},   // depthwise
+    {3, 4, 5, 5, 8, 1, 1, {1, 1}, {0, 0}, {1, 1}, 1, true},    // 1x1 (no unfolding)
+    {3, 4, 5, 5, 8, 1, 1, {2, 2}, {0, 0}, {1, 1}, 2, false},   // 1x1 strided, grouped
+    {5, 3, 12, 10, 8, 5, 5, {2, 1}, {2, 2}, {1, 2}, 1, true},  // many samples: parallel path
+    {1, 1, 3, 3, 1, 5, 5, {1, 1}, {1, 1}, {1, 1}, 1, false},   // kernel == padded input
+    {1, 16, 20, 20, 32, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, true},  // one large sample: Eigen threads
+};
+
+int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+  return (in + 2 * p - d * (k - 1) - 1) / s + 1;
+}
+
+// Direct convolution; also gives the adjoint loops (dx, dw) for a given dy.
+struct DirectConv {
+  ConvCase c;
+  int64_t Ho, Wo, Cg, Og;
+  explicit DirectConv(const ConvCase& cc)
+      : c(cc), Ho(out_size(cc.H, cc.kh, cc.stride[0], cc.padding[0], cc.dilation[0])),
+        Wo(out_size(cc.W, cc.kw, cc.stride[1], cc.padding[1], cc.dilation[1])), Cg(cc.C / cc.groups),
+        Og(cc.O / cc.groups) {}
+  // Calls f(x_index, w_index, y_index) for every multiply-add of the convolution.
+  template <class F>
+  void each(F f) const {
+    for (int64_t n = 0; n < c.N; ++n)
+      for (int64_t o = 0; o < c.O; ++o) {
+        const int64_t g = o / Og;
+        for (int64_t oh = 0; oh < Ho; ++oh)
+          for (int64_t ow = 0; ow < Wo; ++ow)
+            for (int64_t ci = 0; ci < Cg; ++ci)
+              for (int64_t i = 0; i < c.kh; ++i)
+                for (int64_t j = 0; j < c.kw; ++j) {
+                  const int64_t ih = oh * c.stride[0] - c.padding[0] + i * c.dilation[0];
+                  const int64_t iw = ow * c.stride[1] - c.padding[1] + j * c.dilation[1];
+                  if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
+                  const int64_t xi = ((n * c.C + g * Cg + ci) * c.H + ih) * c.W + iw;
+                  const int64_t wi = ((o * Cg + ci) * c.kh + i) * c.kw + j;
+                  const int64_t yi = ((n * c.O + o) * Ho + oh) * Wo + ow;
+                  f(xi, wi, yi);
+                }
+      }
+  }
+  Shape y_shape() const { return {c.N, c.O, Ho, Wo}; }
+  Tensor forward(const Tensor& x, const Tensor& w, const Tensor& b) const {
+    auto xv = x.to_vector<double>(), wv = w.to_vector<double>();
+    std::vector<double> y(size_t(y_shape().numel()), 0.0);
+    each([&](int64_t xi, int64_t wi, int64_t yi) { y[size_t(yi)] += xv[size_t(xi)] * wv[size_t(wi)]; });
+    if (b.defined()) {
+      auto bv = b.to_vector<double>();
+      for (size_t i = 0; i < y.size(); ++i) y[i] += bv[(i / size_t(Ho * Wo)) % size_t(c.O)];
+    }
+    return tensor<double>(y, y_shape());
+  }
+  Tensor grad_input(const Tensor& dy, const Tensor& w) const {
+    auto gv = dy.to_vector<double>(), wv = w.to_vector<double>();
+    std::vector<double> dx(size_t(c.N * c.C * c.H * c.W), 0.0);
+    each([&](int64_t xi, int64_t wi, int64_t yi) { dx[size_t(xi)] += gv[size_t(yi)] * wv[size_t(wi)]; });
+    return tensor<double>(dx, {c.N, c.C, c.H, c.W});
+  }
+  Tensor grad_weight(const Tensor& dy, const Tensor& x) const {
+    auto gv = dy.to_vector<double>(), xv = x.to_vector<double>();
+    std::vector<double> dw(size_t(c.O * Cg * c.kh * c.kw), 0.0);
+    each([&](int64_t xi, int64_t wi, int64_t yi) { dw[size_t(wi)] += gv[size_t(yi)] * xv[size_t(xi)]; });
+    return tensor<double>(dw, {c.O, Cg, c.kh, c.kw});
+  }
+};
+
+struct Tol {
+  double rtol, atol;
+};
+Tol tol_for(DType t) {
+  switch (t) {
+    case DType::f64: return {1e-11, 1e-11};
+    case DType::f32: return {1e-4, 1e-4};
+    case DType::f16: return {3e-3, 3e-3};
+    default: return {1.5e-2, 1.5e-2};
+  }
+}
+
+ops::Conv2dParams params(const ConvCase& c) { return {c.stride, c.padding, c.dilation, c.groups}; }
+
+}  // namespace
+
+TEST(Conv2d, ForwardMatchesDirectLoop) {
+  for (DType dt : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
+    for (const ConvCase& c : kConvCases) {
+      SCOPED_TRACE(label(c) + " " + dtype_name(dt));
+      DirectConv ref(c);
+      Tensor x = randn({c.N, c.C, c.H, c.W}, DType::f64).to(dt);
+      Tensor w = randn({c.O, c.C / c.groups, c.kh, c.kw}, DType::f64).to(dt);
+      Tensor b = c.bias ? randn({c.O}, DType::f64).to(dt) : Tensor();
+      Tensor y = conv2d(x, w, b, c.stride, c.padding, c.dilation, c.groups);
+      ASSERT_EQ(y.sizes(), ref.y_shape());
+      EXPECT_EQ(y.dtype(), dt);
+      Tol t = tol_for(dt);
+      EXPECT_TRUE(test::all_close(y, ref.forward(x, w, b), t.rtol, t.atol));
+    }
+  }
+}
+
+TEST(Conv2d, BackwardKernelsMatchDirectLoops) {
+  for (DType dt : {DType::f64, DType::f32, DType::bf16}) {
+    for (const ConvCase& c : kConvCases) {
+      SCOPED_TRACE(label(c) + " " + dtype_name(dt));
+      DirectConv ref(c);
+      Tensor x = randn({c.N, c.C, c.H, c.W}, DType::f64).to(dt);
+      Tensor w = randn({c.O, c.C / c.groups, c.kh, c.kw}, DType::f64).to(dt);
+      Tensor dy = randn(ref.y_shape(), DType::f64).to(dt);
+      Tol t = tol_for(dt);
+      EXPECT_TRUE(test::all_close(ops::conv2d_backward_input(dy, w, x.sizes(), params(c)), ref.grad_input(dy, w),
+                                  t.rtol, t.atol));
+      EXPECT_TRUE(test::all_close(ops::conv2d_backward_weight(dy, x, w.sizes(), params(c)),
+                                  ref.grad_weight(dy, x), t.rtol, 4 * t.atol));
+      // db = dy summed over N, H, W.
+      std::vector<double> gv = dy.to_vector<double>(), db(size_t(c.O), 0.0);
+      for (size_t i = 0; i < gv.size(); ++i) db[(i / size_t(ref.Ho * ref.Wo)) % size_t(c.O)] += gv[i];
+      EXPECT_TRUE(test::all_close(ops::conv2d_backward_bias(dy), db, t.rtol, 4 * t.atol));
+    }
+  }
+}
+
+TEST(Conv2d, NonContiguousInputsAndUnbatched) {
+  ConvCase c{2, 3, 6, 5, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, true};
+  DirectConv ref(c);
+  Tensor x = randn({2, 6, 5, 3}, DType::f64).permute({0, 3, 1, 2});  // NHWC memory
+  Tensor w = randn({4, 3, 3, 3}, DType::f64).transpose(2, 3);
+  Tensor b = randn({8}, DType::f64).slice(0, 0, 8, 2);
+  ASSERT_FALSE(x.is_contiguous());
+  EXPECT_TRUE(test::all_close(conv2d(x, w, b, c.stride, c.padding), ref.forward(x, w, b), 1e-11, 1e-11));
+  // [C, H, W] input: as a batch of one, without the batch dim.
+  Tensor x1 = randn({3, 6, 5}, DType::f64);
+  Tensor y1 = conv2d(x1, w, b, c.stride, c.padding);
+  EXPECT_EQ(y1.sizes(), Shape({4, 6, 5}));
+  EXPECT_TRUE(test::all_close(y1, conv2d(x1.unsqueeze(0), w, b, c.stride, c.padding).squeeze(0), 0, 0));
+}
+
+namespace {
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+}  // namespace
+
+TEST(Conv2d, ArgumentErrors) {
+  Tensor x = zeros({2, 3, 8, 8});
+  std::string m = error_of([&] { conv2d(x, zeros({4, 2, 3, 3})); });
+  EXPECT_TRUE(starts_with(m, "[conv2d] input of shape [2, 3, 8, 8] has 3 channels, but weight of shape "
+                             "[4, 2, 3, 3] with groups=1 expects 2"))
+      << m;
+  m = error_of([&] { conv2d(x, zeros({4, 3, 9, 9})); });
+  EXPECT_TRUE(starts_with(m, "[conv2d] kernel size 9x9")) << m;
+  EXPECT_NE(m.find("bigger than the padded input 8x8"), std::string::npos) << m;
+  m = error_of([&] { conv2d(x, zeros({4, 3, 5, 5}), Tensor(), {1, 1}, {0, 0}, {2, 2}); });
+  EXPECT_NE(m.find("(dilated: 9x9) is bigger than the padded input 8x8"), std::string::npos) << m;
+  m = error_of([&] { conv2d(zeros({2, 4, 8, 8}), zeros({3, 2, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, 1}, 2); });
+  EXPECT_TRUE(starts_with(m, "[conv2d] weight of shape [3, 2, 3, 3] has 3 output channels, which groups=2"))
+      << m;
+  EXPECT_THROW(conv2d(x, zeros({4, 3, 3, 3}), zeros({5})), ShapeError);
+  EXPECT_THROW(conv2d(x, zeros({4, 3, 3})), ShapeError);
+  EXPECT_THROW(conv2d(zeros({8, 8}), zeros({4, 3, 3, 3})), ShapeError);
+  EXPECT_THROW(conv2d(x, zeros({4, 3, 3, 3}), Tensor(), {0, 1}), ValueError);
+  EXPECT_THROW(conv2d(x, zeros({4, 3, 3, 3}), Tensor(), {1, 1}, {-1, 0}), ValueError);
+  EXPECT_THROW(conv2d(x, zeros({4, 3, 3, 3}), Tensor(), {1, 1}, {0, 0}, {0, 1}), ValueError);
+  EXPECT_THROW(conv2d(x, zeros({4, 3, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, 1}, 0), ValueError);
+  m = error_of([&] { conv2d(x, zeros({4, 3, 3, 3}, DType::f64)); });
+  EXPECT_TRUE(starts_with(m, "[conv2d] input dtype f32 and weight dtype f64 differ")) << m;
+  EXPECT_THROW(conv2d(zeros({2, 3, 8, 8}, DType::i64), zeros({4, 3, 3, 3}, DType::i64)), DTypeError);
+}
+
+// ---- max_pool2d ----
+
+namespace {
+struct PoolCase {
+  int64_t N, C, H, W;
+  std::array<int64_t, 2> kernel, stride, padding;
+};
+
+// Values and indices by the definition (padding is -inf, first maximum wins).
+std::pair<std::vector<double>, std::vector<int64_t>> direct_pool(const Tensor& x, const PoolCase& p, int64_t Ho,
+                                                                 int64_t Wo) {
+  auto xv = x.to_vector<double>();
+  std::vector<double> y;
+  std::vector<int64_t> idx;
+  for (int64_t nc = 0; nc < p.N * p.C; ++nc)
+    for (int64_t oh = 0; oh < Ho; ++oh)
+      for (int64_t ow = 0; ow < Wo; ++ow) {
+        double best = -std::numeric_limits<double>::infinity();
+        int64_t bi = -1;
+        for (int64_t i = 0; i < p.kernel[0]; ++i)
+          for (int64_t j = 0; j < p.kernel[1]; ++j) {
+            const int64_t ih = oh * p.stride[0] - p.padding[0] + i, iw = ow * p.stride[1] - p.padding[1] + j;
+            if (ih < 0 || ih >= p.H || iw < 0 || iw >= p.W) continue;
+            const double v = xv[size_t(nc * p.H * p.W + ih * p.W + iw)];
+            if (bi < 0 || v > best) {
+              best = v;
+              bi = ih * p.W + iw;
+            }
+          }
+        y.push_back(best);
+        idx.push_back(bi);
+      }
+  return {y, idx};
+}
+
+const std::vector<PoolCase> kPoolCases = {
+    {2, 3, 8, 8, {2, 2}, {2, 2}, {0, 0}},
+    {1, 2, 7, 9, {3, 3}, {2, 2}, {1, 1}},
+    {2, 2, 7, 6, {3, 2}, {1, 2}, {1, 0}},  // overlapping windows
+    {1, 1, 5, 5, {5, 5}, {1, 1}, {2, 2}},
+    {4, 8, 33, 31, {3, 3}, {2, 2}, {1, 1}},  // large enough to run in parallel
+};
+}  // namespace
+
+TEST(MaxPool2d, ForwardMatchesDirectLoop) {
+  for (DType dt : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
+    for (const PoolCase& p : kPoolCases) {
+      SCOPED_TRACE(str("x[", p.N, ",", p.C, ",", p.H, ",", p.W, "] k", p.kernel[0], p.kernel[1], " s",
+                       p.stride[0], p.stride[1], " p", p.padding[0], p.padding[1], " ", dt));
+      Tensor x = randn({p.N, p.C, p.H, p.W}, DType::f64).to(dt);
+      auto [y, idx] = ops::max_pool2d(x, {p.kernel, p.stride, p.padding});
+      const int64_t Ho = out_size(p.H, p.kernel[0], p.stride[0], p.padding[0], 1);
+      const int64_t Wo = out_size(p.W, p.kernel[1], p.stride[1], p.padding[1], 1);
+      ASSERT_EQ(y.sizes(), Shape({p.N, p.C, Ho, Wo}));
+      auto [ry, ridx] = direct_pool(x, p, Ho, Wo);
+      EXPECT_TRUE(test::all_close(y, ry, 0, 0));  // a max is exact
+      EXPECT_EQ(idx.dtype(), DType::i64);
+      EXPECT_EQ(idx.to_vector<int64_t>(), ridx);
+      EXPECT_TRUE(test::all_close(max_pool2d(x, p.kernel, p.stride, p.padding), ry, 0, 0));
+    }
+  }
+}
+
+TEST(MaxPool2d, BackwardScattersToArgmax) {
+  for (const PoolCase& p : kPoolCases) {
+    Tensor x = randn({p.N, p.C, p.H, p.W}, DType::f64);
+    auto [y, idx] = ops::max_pool2d(x, {p.kernel, p.stride, p.padding});
+    Tensor g = randn(y.sizes(), DType::f64);
+    std::vector<double> ref(size_t(x.numel()), 0.0), gv = g.to_vector<double>();
+    std::vector<int64_t> iv = idx.to_vector<int64_t>();
+    const size_t per_out = size_t(y.size(2) * y.size(3)), per_in = size_t(p.H * p.W);
+    for (size_t k = 0; k < gv.size(); ++k) ref[(k / per_out) * per_in + size_t(iv[k])] += gv[k];
+    EXPECT_TRUE(test::all_close(ops::max_pool2d_backward(g, idx, x.sizes()), ref, 1e-12, 1e-12));
+    // The gather is its adjoint: <scatter(g), h> == <g, gather(h)>.
+    Tensor h = randn(x.sizes(), DType::f64);
+    auto dot = [](const Tensor& a, const Tensor& b) {
+      auto av = a.to_vector<double>(), bv = b.to_vector<double>();
+      double s = 0;
+      for (size_t i = 0; i < av.size(); ++i) s += av[i] * bv[i];
+      return s;
+    };
+    EXPECT_NEAR(dot(ops::max_pool2d_backward(g, idx, x.sizes()), h), dot(g, ops::max_pool2d_gather(h, idx)), 1e-9);
+  }
+}
+
+TEST(MaxPool2d, NanPropagatesAndDefaultStride) {
+  Tensor x = tensor<float>({1, 2, 3, 4, 5, NAN, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, {1, 1, 4, 4});
+  Tensor y = max_pool2d(x, {2, 2});  // stride {0, 0} = kernel
+  EXPECT_EQ(y.sizes(), Shape({1, 1, 2, 2}));
+  auto v = y.to_vector<double>();
+  EXPECT_TRUE(std::isnan(v[0]));
+  EXPECT_EQ(v[1], 8);
+  EXPECT_EQ(v[2], 14);
+  EXPECT_EQ(v[3], 16);
+  // Unbatched [C, H, W].
+  EXPECT_EQ(max_pool2d(randn({3, 6, 6}), {3, 3}).sizes(), Shape({3, 2, 2}));
+}
+
+TEST(MaxPool2d, ArgumentErrors) {
+  Tensor x = zeros({1, 1, 4, 4});
+  std::string m = error_of([&] { max_pool2d(x, {2, 2}, {2, 2}, {2, 2}); });
+  EXPECT_TRUE(starts_with(m, "[max_pool2d] padding [2, 2] must be non-negative and at most half of kernel_size [2, 2]"))
+      << m;
+  m = error_of([&] { max_pool2d(x, {5, 5}); });
+  EXPECT_TRUE(starts_with(m, "[max_pool2d] kernel_size [5, 5] is bigger than the padded input 4x4")) << m;
+  EXPECT_THROW(max_pool2d(x, {0, 2}), ValueError);
+  EXPECT_THROW(max_pool2d(x, {2, 2}, {1, 0}), ValueError);
+  EXPECT_THROW(max_pool2d(zeros({4, 4}), {2, 2}), ShapeError);
+  EXPECT_THROW(max_pool2d(zeros({1, 1, 4, 4}, DType::i64), {2, 2}), DTypeError);
+}
+
+// ---- devices ----
+
+class ConvDevice : public ::testing::TestWithParam<Device> {};
+
+TEST_P(ConvDevice, MatchesCpu) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  for (const ConvCase& c : kConvCases) {
+    SCOPED_TRACE(label(c));
+    Tensor x = randn({c.N, c.C, c.H, c.W}), w = randn({c.O, c.C / c.groups, c.kh, c.kw});
+    Tensor b = c.bias ? randn({c.O}) : Tensor();
+    Tensor y;
+    try {
+      y = conv2d(x.to(dev), w.to(dev), c.bias ? b.to(dev) : b, c.stride, c.padding, c.dilation, c.groups);
+    } catch (const NotImplementedError& e) {
+      GTEST_SKIP() << e.what();
+    }
+    EXPECT_TRUE(test::all_close(y.cpu(), conv2d(x, w, b, c.stride, c.padding, c.dilation, c.groups), 1e-3, 1e-3));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, ConvDevice, ::testing::ValuesIn(test::test_devices()), test::device_label);
