@@ -149,6 +149,10 @@ Tensor root_grad(const Tensor& root, const Tensor& grad, const char* op) {
 
 Node::Node() : sequence_nr_(next_sequence_nr++) {}
 
+Node::~Node() {
+  for (auto& e : next_edges) ember::detail::release_node(std::move(e));
+}
+
 std::shared_ptr<Node> gradient_edge(const Tensor& t) {
   if (!t.defined() || !t.requires_grad()) return nullptr;
   if (t.grad_fn()) return t.grad_fn();

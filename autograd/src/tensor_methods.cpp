@@ -83,7 +83,7 @@ Tensor Tensor::clone() const { return ember::clone(*this); }
 Tensor& Tensor::copy_(const Tensor& src) {
   return autograd::apply_inplace(
       "copy_", *this, src.requires_grad(),
-      [&] {  // d(copy_)/d(src): the gradient reshaped to src (summed over broadcast dims)
+      [&](const Tensor&) {  // d(copy_)/d(src): the gradient reshaped to src (summed over broadcast dims)
         Tensor expanded = ember::expand(ember::to(src, device(), dtype()), sizes());
         return ember::clone(expanded);
       },
@@ -92,7 +92,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 Tensor& Tensor::fill_(Scalar value) {
   return autograd::apply_inplace(
       "fill_", *this, false,
-      [&] {
+      [&](const Tensor&) {
         Tensor t = ember::detail::make_tensor(sizes(), dtype(), device());
         ops::fill_(t, value);
         return t;
@@ -119,7 +119,7 @@ Tensor Tensor::minimum(const Tensor& o) const { return ember::minimum(*this, o);
   Tensor& Tensor::method {                                                                    \
     const Tensor operand = OPERAND_EXPR;                                                      \
     return autograd::apply_inplace(                                                           \
-        #op "_", *this, REQ, [&] { return ember::op(*this, operand); },                       \
+        #op "_", *this, REQ, [&](const Tensor& self) { return ember::op(self, operand); },                       \
         [&] { ops::binary_out(BinaryOp::op, *this, operand, *this); });                       \
   }
 EMBER_INPLACE_BINARY(mul_(const Tensor& o), mul, o, o.requires_grad())
@@ -138,7 +138,7 @@ EMBER_INPLACE_BINARY(sub_(const Tensor& o, Scalar alpha),
 
 Tensor& Tensor::pow_(Scalar e) {
   return autograd::apply_inplace(
-      "pow_", *this, false, [&] { return ember::pow(*this, e); },
+      "pow_", *this, false, [&](const Tensor& self) { return ember::pow(self, e); },
       [&] { ops::unary_out(UnaryOp::pow_scalar, *this, *this, {e.to_double(), 0}); });
 }
 
@@ -146,7 +146,7 @@ Tensor& Tensor::pow_(Scalar e) {
   Tensor Tensor::name() const { return ember::name(*this); }                              \
   Tensor& Tensor::name##_() {                                                             \
     return autograd::apply_inplace(                                                       \
-        #name "_", *this, false, [&] { return ember::name(*this); },                      \
+        #name "_", *this, false, [&](const Tensor& self) { return ember::name(self); },                      \
         [&] { ops::unary_out(UnaryOp::name, *this, *this); });                            \
   }
 EMBER_UNARY_METHOD(neg)
@@ -167,7 +167,7 @@ Tensor Tensor::clamp_min(Scalar min) const { return ember::clamp(*this, min, std
 Tensor Tensor::clamp_max(Scalar max) const { return ember::clamp(*this, std::nullopt, max); }
 Tensor& Tensor::clamp_(Scalar min, Scalar max) {
   return autograd::apply_inplace(
-      "clamp_", *this, false, [&] { return ember::clamp(*this, min, max); },
+      "clamp_", *this, false, [&](const Tensor& self) { return ember::clamp(self, min, max); },
       [&] { ops::unary_out(UnaryOp::clamp, *this, *this, {min.to_double(), max.to_double()}); });
 }
 
@@ -187,8 +187,8 @@ Tensor Tensor::masked_fill(const Tensor& mask, Scalar value) const {
 }
 Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
   return autograd::apply_inplace(
-      "masked_fill_", *this, false, [&] { return ember::masked_fill(*this, mask, value); },
-      [&] { ops::copy_(*this, ops::where(mask, ops::wrap_scalar(value, *this), *this)); });
+      "masked_fill_", *this, false, [&](const Tensor& self) { return ember::masked_fill(self, mask, value); },
+      [&] { ops::copy_(*this, ops::where(mask, ops::scalar_tensor(value, dtype(), device()), *this)); });
 }
 
 Tensor operator-(Scalar a, const Tensor& b) { return b.neg().add(a); }

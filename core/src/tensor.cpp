@@ -250,7 +250,24 @@ std::string Tensor::str() const {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
 
+AutogradMeta::~AutogradMeta() { detail::release_node(std::move(grad_fn)); }
+
 namespace detail {
+
+void release_node(std::shared_ptr<autograd::Node>&& node) {
+  if (!node) return;
+  thread_local std::vector<std::shared_ptr<autograd::Node>> pending;
+  thread_local bool draining = false;
+  pending.push_back(std::move(node));
+  if (draining) return;  // an outer call is already freeing; it will reach this one
+  draining = true;
+  while (!pending.empty()) {
+    std::shared_ptr<autograd::Node> n = std::move(pending.back());
+    pending.pop_back();
+    n.reset();  // may queue more nodes through the destructors it runs
+  }
+  draining = false;
+}
 
 Tensor make_tensor(const Shape& sizes, DType dtype, Device device) {
   for (int64_t s : sizes)

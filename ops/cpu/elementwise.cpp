@@ -99,6 +99,12 @@ void binary_dispatch(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
   }
 }
 
+template <class T>
+inline bool is_nonzero(T v) {
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return float(v) != 0.0f;
+  else return v != T(0);
+}
+
 template <class To, class From>
 void cast_loop(const Tensor& dst, const Tensor& src) {
   for_each_element<2>({&dst, &src}, [](std::array<char*, 2> p, std::array<int64_t, 2> s,
@@ -112,7 +118,7 @@ void cast_loop(const Tensor& dst, const Tensor& src) {
     for (int64_t i = 0; i < n; ++i) {
       From v = load<From>(p[1] + i * s[1]);
       To out;
-      if constexpr (std::is_same_v<To, bool>) out = float(v) != 0.0f;
+      if constexpr (std::is_same_v<To, bool>) out = is_nonzero(v);
       else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>)
         out = To(float(v));
       else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>)

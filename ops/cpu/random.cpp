@@ -33,19 +33,16 @@ double uniform_at(Generator::State s, int64_t i) {
   return Philox::uniform_double(w[k], w[k + 1]);
 }
 
-// Rounding a double in [0, 1) to float can give 1.0f; keep the interval half-open.
-double below(double v, double high, DType dtype) {
-  if (dtype == DType::f64 || v < high) return v;
-  return std::nextafter(float(high), -INFINITY);
-}
 }  // namespace
 
 void uniform_kernel(const Tensor& t, Generator::State s, double low, double high) {
-  const DType dt = t.dtype();
-  fill_indexed(t, [&](int64_t i) {
-    double v = low + (high - low) * uniform_at(s, i);
-    if (dt == DType::f32) return below(double(float(v)), high, dt);
-    return v;
+  const double below = largest_below(high, t.dtype());
+  visit_floating(t.dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    fill_indexed(t, [&](int64_t i) {
+      double v = low + (high - low) * uniform_at(s, i);
+      return double(S(v)) >= high ? below : v;  // rounding to S must not reach `high`
+    });
   });
 }
 

@@ -11,7 +11,10 @@ namespace {
 
 template <class To, class From>
 __device__ __forceinline__ To cast_value(From v) {
-  if constexpr (std::is_same_v<To, bool>) return float(v) != 0.0f;
+  if constexpr (std::is_same_v<To, bool>) {
+    if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) return float(v) != 0.0f;
+    else return v != From(0);
+  }
   else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) return To(float(v));
   else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) return To(float(v));
   else return To(v);

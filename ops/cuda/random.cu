@@ -12,7 +12,7 @@ enum class Dist { uniform, normal, randint };
 
 template <class S>
 __global__ void random_kernel(S* out, int64_t n, Generator::State s, Dist dist, double a, double b,
-                              bool is_f32) {
+                              double below) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     uint32_t w[4];
@@ -28,7 +28,8 @@ __global__ void random_kernel(S* out, int64_t n, Generator::State s, Dist dist, 
       double u = Philox::uniform_double(w[k], w[k + 1]);
       if (dist == Dist::uniform) {
         v = a + (b - a) * u;
-        if (is_f32 && double(float(v)) >= b) v = nextafterf(float(b), -INFINITY);
+        if constexpr (!std::is_same_v<S, bool> && !std::is_integral_v<S>)
+          if (double(float(S(v))) >= b) v = below;  // keep [a, b) half-open after rounding
       } else {
         double r = a + floor(u * (b - a));
         v = r > b - 1 ? b - 1 : r;
@@ -48,7 +49,7 @@ void launch(const Tensor& t, Generator::State s, Dist dist, double a, double b) 
   visit_dtype(t.dtype(), [&](auto tag) {
     using S = decltype(tag);
     random_kernel<S><<<unsigned(blocks), 256>>>(static_cast<S*>(t.data_ptr()), n, s, dist, a, b,
-                                                t.dtype() == DType::f32);
+                                                largest_below(b, t.dtype()));
   });
   EMBER_CUDA_CHECK_LAUNCH();
 }

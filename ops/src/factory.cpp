@@ -23,13 +23,14 @@ Generator& pick(Generator* gen, Device d) { return gen ? *gen : default_generato
 
 Tensor empty(const Shape& shape, TensorOptions o) { return finish(alloc(shape, o, "empty"), o); }
 
-Tensor full(const Shape& shape, Scalar value, TensorOptions o) {
-  Tensor t = alloc(shape, o, "full");
+static Tensor filled(const char* op, const Shape& shape, Scalar value, const TensorOptions& o) {
+  Tensor t = alloc(shape, o, op);
   ops::fill_(t, value);
   return finish(t, o);
 }
-Tensor zeros(const Shape& shape, TensorOptions o) { return full(shape, 0, o); }
-Tensor ones(const Shape& shape, TensorOptions o) { return full(shape, 1, o); }
+Tensor full(const Shape& shape, Scalar value, TensorOptions o) { return filled("full", shape, value, o); }
+Tensor zeros(const Shape& shape, TensorOptions o) { return filled("zeros", shape, 0, o); }
+Tensor ones(const Shape& shape, TensorOptions o) { return filled("ones", shape, 1, o); }
 
 Tensor arange(Scalar end, std::optional<TensorOptions> o) { return arange(0, end, 1, o); }
 
@@ -53,6 +54,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
   // Fill from both ends so the last value is exactly `end`, as PyTorch does.
   for (int64_t i = 0; i < steps; ++i)
     v[size_t(i)] = i < steps / 2 ? start + step * double(i) : end - step * double(steps - 1 - i);
+  if (steps == 1) v[0] = start;  // a single step is the start, as in PyTorch
   return tensor(v, {steps}, o);
 }
 
@@ -60,7 +62,7 @@ Tensor rand(const Shape& shape, TensorOptions o, Generator* gen) {
   EMBER_CHECK(is_floating(o.dtype_), DTypeError, "[rand] needs a floating dtype, got ", o.dtype_);
   Tensor t = alloc(shape, o, "rand");
   auto s = pick(gen, o.device_).reserve(ops::random_counters(t.numel()));
-  EMBER_DISPATCH_KERNEL(t.device(), uniform_kernel, t, s, 0.0, 1.0);
+  EMBER_DISPATCH_KERNEL(t.device(), uniform_kernel, t, s, 0.0, 1.0);  // [0, 1) in every dtype
   return finish(t, o);
 }
 

@@ -513,3 +513,27 @@ TEST(Checkpoint, DropoutMaskIsReplayedOnRecompute) {
   o2.backward(g);
   EXPECT_EQ(vals(rand({5})), vals(next_ref));
 }
+
+// Note [Iterative graph release]: freeing a deep graph that never ran backward must not
+// recurse once per node (200k nodes overflowed the stack before).
+TEST(Engine, DroppingADeepUnusedGraphDoesNotOverflowTheStack) {
+  Tensor x = ones({1}, DType::f64).requires_grad_();
+  Tensor z = x;
+  for (int i = 0; i < 100000; ++i) z = z.exp().log();
+  EXPECT_TRUE(z.requires_grad());
+  z = Tensor();
+  EXPECT_TRUE(x.grad_fn() == nullptr);
+}
+
+// A recorded in-place op must not make its tensor own itself through its own grad_fn.
+TEST(Engine, RecordedInPlaceOpLeavesNoReferenceCycle) {
+  std::weak_ptr<TensorImpl> weak;
+  {
+    Tensor x = ones({3}, DType::f64).requires_grad_();
+    Tensor h = x * 2.0;
+    h.mul_(3.0);
+    h.exp_();
+    weak = h.impl_ptr();
+  }
+  EXPECT_TRUE(weak.expired());
+}

@@ -103,7 +103,7 @@ class Shape {
   void assign(const int64_t* p, size_t n) {
     size_ = 0;
     reserve(n);
-    std::memcpy(data(), p, n * sizeof(int64_t));
+    if (n) std::memcpy(data(), p, n * sizeof(int64_t));  // p may be null when n == 0
     size_ = n;
   }
   void take(Shape& o) {

@@ -273,6 +273,10 @@ void str_append(std::string& s, const Tensor& t);  // "Tensor[2, 3] f32 cpu"
 
 // Autograd bookkeeping a tensor carries once it requires grad or has a grad_fn.
 struct AutogradMeta {
+  AutogradMeta() = default;
+  AutogradMeta(const AutogradMeta&) = delete;
+  AutogradMeta& operator=(const AutogradMeta&) = delete;
+  ~AutogradMeta();  // releases grad_fn through detail::release_node (no deep recursion)
   bool requires_grad = false;
   bool retains_grad = false;
   Tensor grad;
@@ -316,6 +320,12 @@ inline uint32_t Tensor::version() const { return impl_->storage->version(); }
 inline void Tensor::bump_version() const { impl_->storage->bump_version(); }
 
 namespace detail {
+// Note [Iterative graph release]: dropping the last handle to a deep graph would free node
+// after node recursively (node -> saved tensor -> its grad_fn -> ...) and overflow the stack.
+// Every owner of a node (a tensor's grad_fn, a node's edges) hands it here instead; the
+// outermost call frees the queued nodes one at a time, each queuing its own edges.
+void release_node(std::shared_ptr<autograd::Node>&& node);
+
 // A new tensor (no autograd state) on fresh storage. Contiguous strides.
 Tensor make_tensor(const Shape& sizes, DType dtype, Device device);
 // A view of `base`'s storage with the given geometry (no autograd state, no checks).

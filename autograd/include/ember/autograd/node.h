@@ -17,7 +17,7 @@ namespace ember::autograd {
 class Node : public std::enable_shared_from_this<Node> {
  public:
   Node();
-  virtual ~Node() = default;
+  virtual ~Node();  // hands next_edges to detail::release_node (Note [Iterative graph release])
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
