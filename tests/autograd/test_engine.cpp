@@ -17,17 +17,7 @@ Tensor leaf(std::vector<double> v) {
   return tensor(v, s).requires_grad_();
 }
 Tensor ones_f64(const Shape& s) { return ones(s, DType::f64); }
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception type: ") + e.what();
-  }
-  return "no exception";
-}
+using test::message_of;
 }  // namespace
 
 TEST(Engine, LeafState) {

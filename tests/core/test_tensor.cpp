@@ -17,17 +17,7 @@ std::vector<double> iota(int64_t n, double start = 0) {
 }
 // arange(n) as f64 in the given shape.
 Tensor seq(const Shape& shape) { return tensor(iota(shape.numel()), shape); }
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception type: ") + e.what();
-  }
-  return "no exception";
-}
+using test::message_of;
 }  // namespace
 
 // ---- Shape ----

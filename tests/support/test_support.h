@@ -30,6 +30,19 @@ struct Fixture {
 };
 Fixture load_fixture(const std::string& file, const std::string& name);
 
+// The message of the E that f() throws, or a description of what happened instead.
+template <class E, class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong exception type: ") + e.what();
+  }
+  return "no exception";
+}
+
 // Skips the current test when no CUDA device is present.
 #define EMBER_SKIP_IF_NO_DEVICE(device)                                   \
   do {                                                                    \
