@@ -43,9 +43,25 @@ inline bool is_nan(T v) {
   else return false;
 }
 
+// S -> its compute type. f16 converts without branches (a select by mask, not ?:) so the
+// loops vectorize: its exponent/mantissa bits placed into a float and scaled by 2^112 give
+// normals and subnormals alike; inf/NaN are selected separately. (Half's own conversion
+// branches per element, which stops the vectorizer.)
+template <class S>
+inline compute_t<S> widen(S v) {
+  if constexpr (std::is_same_v<S, Half>) {
+    const uint32_t em = uint32_t(v.bits & 0x7fffu) << 13, sign = uint32_t(v.bits & 0x8000u) << 16;
+    const uint32_t scaled = detail::float_bits(detail::bits_float(em) * 0x1p112f);
+    const uint32_t special = 0u - uint32_t(em >= (0x7c00u << 13));  // all ones for inf/NaN
+    return detail::bits_float(((special & (em | 0x7f800000u)) | (~special & scaled)) | sign);
+  } else {
+    return compute_t<S>(v);
+  }
+}
+
 template <class S>
 inline double to_double(S v) {
-  return double(compute_t<S>(v));
+  return double(widen(v));
 }
 
 template <class S>
@@ -169,9 +185,10 @@ struct ExtremumReducer {
   using C = compute_t<S>;
   using Acc = C;
   S* out;
-  static C map(S v) {
-    if constexpr (kAbs) return std::fabs(C(v));
-    else return C(v);
+  template <class E>
+  static C map(E v) {
+    if constexpr (kAbs) return std::fabs(widen(v));
+    else return widen(v);
   }
   static Acc identity() {
     if constexpr (std::is_same_v<C, bool>) return !kMax;
@@ -184,23 +201,41 @@ struct ExtremumReducer {
     if constexpr (kMax) return (b > a || is_nan(b)) ? b : a;
     else return (b < a || is_nan(b)) ? b : a;
   }
-  // Eight lanes of a plain compare-select (which vectorizes) plus a NaN flag per lane.
-  Acc chunk(const S* x, int64_t n, int64_t) const {
-    Acc lane[8];
-    bool nan[8] = {false, false, false, false, false, false, false, false};
-    for (auto& l : lane) l = identity();
+  // Eight lanes of a plain compare-select, plus per lane the last NaN seen (also a select, so
+  // the loop vectorizes; a NaN anywhere makes the result NaN). E is S, or C for f16/bf16
+  // input widened into a buffer first (the conversion and the selects vectorize separately).
+  template <class E>
+  static Acc lanes(const E* x, int64_t n, Acc a) {
+    Acc lane[8], nan[8];
+    for (int j = 0; j < 8; ++j) lane[j] = identity(), nan[j] = Acc(0);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
       for (int j = 0; j < 8; ++j) {
         const Acc v = map(x[i + j]);
         if constexpr (kMax) lane[j] = v > lane[j] ? v : lane[j];
         else lane[j] = v < lane[j] ? v : lane[j];
-        nan[j] |= is_nan(v);
+        if constexpr (std::is_floating_point_v<Acc>) nan[j] = v != v ? v : nan[j];
       }
-    Acc a = identity();
-    for (int j = 0; j < 8; ++j) a = pick(a, nan[j] ? std::numeric_limits<Acc>::quiet_NaN() : lane[j]);
+    for (int j = 0; j < 8; ++j) {
+      a = pick(a, lane[j]);
+      if (is_nan(nan[j])) a = pick(a, nan[j]);
+    }
     for (; i < n; ++i) a = pick(a, map(x[i]));
     return a;
+  }
+  Acc chunk(const S* x, int64_t n, int64_t) const {
+    if constexpr (std::is_same_v<S, C>) {
+      return lanes(x, n, identity());
+    } else {
+      C buf[512];
+      Acc a = identity();
+      for (int64_t b = 0; b < n; b += 512) {
+        const int64_t m = std::min<int64_t>(512, n - b);
+        for (int64_t i = 0; i < m; ++i) buf[i] = widen(x[b + i]);
+        a = lanes(buf, m, a);
+      }
+      return a;
+    }
   }
   void block(const S* x, int64_t rs, int64_t nr, int64_t nk, int64_t, Acc* acc) const {
     for (int64_t k = 0; k < nk; ++k) acc[k] = map(x[k]);
@@ -233,17 +268,17 @@ struct ArgReducer {
     const C best = ExtremumReducer<S, kMax>{nullptr}.chunk(x, n, 0);
     int64_t i = 0;
     if (is_nan(best)) {
-      while (!is_nan(C(x[i]))) ++i;
+      while (!is_nan(widen(x[i]))) ++i;
     } else {
-      while (!(C(x[i]) == best)) ++i;
+      while (!(widen(x[i]) == best)) ++i;
     }
     return {best, first + i};
   }
   void block(const S* x, int64_t rs, int64_t nr, int64_t nk, int64_t first, Acc* acc) const {
-    for (int64_t k = 0; k < nk; ++k) acc[k] = {C(x[k]), first};
+    for (int64_t k = 0; k < nk; ++k) acc[k] = {widen(x[k]), first};
     for (int64_t r = 1; r < nr; ++r)
       for (int64_t k = 0; k < nk; ++k) {
-        const C v = C(x[r * rs + k]);
+        const C v = widen(x[r * rs + k]);
         if (better(v, acc[k].value)) acc[k] = {v, first + r};
       }
   }

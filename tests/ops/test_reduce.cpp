@@ -372,6 +372,26 @@ TEST_P(Reduce, AllDTypes) {
   }
 }
 
+// The CPU driver widens f16 with its own branch-free conversion: check it on every value.
+TEST_P(Reduce, EveryF16ValueWidensExactly) {
+  std::vector<float> all;
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const float f = Half::to_float(uint16_t(b));
+    if (std::isfinite(f)) all.push_back(f);
+  }
+  const int64_t n = int64_t(all.size());
+  Tensor h = on_dev(tensor(all, {n, 1}).to(DType::f16));
+  EXPECT_TRUE(test::all_close(h.sum({1}), h.view({n}), 0, 0));  // one element per output
+  EXPECT_TRUE(test::all_close(amax(h, {1}), h.view({n}), 0, 0));
+  Tensor h16 = h.view({n / 16, 16});
+  EXPECT_TRUE(test::all_close(amax(h16, {1}), amax(h16.to(DType::f32), {1}), 0, 0));
+  EXPECT_TRUE(test::all_close(h16.sum({1}), h16.to(DType::f32).sum({1}).to(DType::f16), 0, 0));
+  Tensor special = on_dev(tensor<float>({INFINITY, -INFINITY, NAN}, {3, 1}).to(DType::f16));
+  EXPECT_TRUE(test::all_close(special.sum({1}), {kInf, -kInf, kNaN}, 0, 0));
+  EXPECT_TRUE(test::all_close(amin(special, {1}), {kInf, -kInf, kNaN}, 0, 0));
+  EXPECT_TRUE(test::all_close(on_dev(tensor<float>({INFINITY, -60000}).to(DType::f16)).sum(), {kInf}, 0, 0));
+}
+
 TEST_P(Reduce, IntegerSumIsI64AndDoesNotOverflow) {
   Tensor x = on_dev(full({3, 1000}, 2000000000, DType::i32));
   Tensor s = x.sum({1});
