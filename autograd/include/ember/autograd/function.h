@@ -9,8 +9,9 @@
 //                   [](const Tensor& g, const Tensor& y) -> TensorList { return {g * y}; });
 //   }
 //
-// Tensors a VJP needs are captured as Saved (save(x)): a saved tensor holds no autograd state
-// (no reference cycles) and detects in-place modification between forward and backward.
+// Tensors a VJP needs are captured as Saved (save(x)): a saved input keeps its graph history
+// (double backward needs it), the saved output is stored detached (no reference cycle), and
+// both detect in-place modification between forward and backward.
 #pragma once
 
 #include <optional>
