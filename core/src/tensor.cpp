@@ -186,6 +186,26 @@ Tensor& Tensor::detach_() {
   return *this;
 }
 
+void Tensor::set_data(const Tensor& src) {
+  detail::check_defined("set_data", *this);
+  detail::check_defined("set_data", src);
+  EMBER_CHECK(is_leaf(), AutogradError,
+              "[set_data] only a leaf tensor can take new data; this one was produced by an op");
+  EMBER_CHECK(!requires_grad() || is_floating(src.dtype()), DTypeError,
+              "[set_data] a tensor that requires grad cannot take ", src.dtype(), " data");
+  impl_->storage = src.impl()->storage;
+  impl_->sizes = src.sizes();
+  impl_->strides = src.strides();
+  impl_->offset = src.storage_offset();
+  impl_->dtype = src.dtype();
+  impl_->is_view = src.impl()->is_view;
+  if (impl_->autograd && impl_->autograd->grad.defined()) {
+    const Tensor& g = impl_->autograd->grad;
+    if (g.sizes() != sizes() || g.dtype() != dtype() || g.device() != device())
+      impl_->autograd->grad = Tensor();
+  }
+}
+
 // ---- printing ----
 
 std::string Tensor::str() const {

@@ -1,5 +1,5 @@
-// Forward values and gradients against PyTorch 1.13 (tests/data/torch_reference.txt, written
-// by tests/data/make_fixtures.py). Every case reads its inputs and the upstream gradient
+// Forward values and gradients against PyTorch 1.13 (tests/fixtures/torch_reference.txt, written
+// by tests/fixtures/make_fixtures.py). Every case reads its inputs and the upstream gradient
 // from the fixture, runs the ember op in f64 (tight tolerance) and in f32 (loose), and
 // compares the output and, after backward with that upstream gradient, every input's
 // gradient.

@@ -1,5 +1,5 @@
 // Shared test helpers: device parametrization (one test body per device, candle-style),
-// tolerant comparisons, and reading fixture files produced by tests/data/make_fixtures.py.
+// tolerant comparisons, and reading fixture files produced by tests/fixtures/make_fixtures.py.
 #pragma once
 
 #include <gtest/gtest.h>

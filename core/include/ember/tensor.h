@@ -112,6 +112,11 @@ class Tensor {
   // A new tensor sharing storage but cut out of the graph.
   Tensor detach() const;
   Tensor& detach_();
+  // Makes this leaf take `src`'s storage, shape, strides and dtype while keeping its identity
+  // (every handle, an optimizer's included, sees the change) and its requires_grad: what
+  // Module::to() does to parameters, like PyTorch's `param.data = new_data`. A gradient is
+  // kept only when it still matches (same shape, dtype and device); otherwise it is dropped.
+  void set_data(const Tensor& src);
 
   // ---- autograd (autograd/) ----
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false,
@@ -146,6 +151,10 @@ class Tensor {
   Tensor cpu() const { return to(Device::cpu()); }
   Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
   Tensor clone() const;
+  // A copy in page-locked host memory (CPU tensors only), so that a later
+  // to(Device::cuda(), true) is asynchronous. Without a CUDA device it returns *this.
+  Tensor pin_memory() const;
+  bool is_pinned() const;
   Tensor& copy_(const Tensor& src);  // broadcasts src, converts dtype and device
   Tensor& fill_(Scalar value);
   Tensor& zero_();
