@@ -1,6 +1,7 @@
 // CUDA build: device queries, a plain cudaMalloc allocator and byte copies. The caching
 // allocator, streams and graphs arrive with the CUDA backend issue; until then every
 // allocation goes straight to cudaMalloc and copies use the legacy default stream.
+#include <cstdio>
 #include <cstring>
 
 #include "ember/cuda.h"
@@ -104,6 +105,58 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   } else {
     EMBER_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault));
   }
+}
+
+void* host_alloc(size_t nbytes) {
+  check_device("pin_memory", Device::cuda(0));
+  if (nbytes == 0) return nullptr;
+  void* p = nullptr;
+  // Portable: counted as pinned by every device's context, not only the current one.
+  cudaError_t err = cudaHostAlloc(&p, nbytes, cudaHostAllocPortable);
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    throw OutOfMemoryError(str("[pin_memory] cannot allocate ", uint64_t(nbytes),
+                               " bytes of page-locked host memory"));
+  }
+  EMBER_CUDA_CHECK(err);
+  return p;
+}
+
+void host_free(void* ptr) {
+  if (!ptr) return;
+  // Runs from Storage's destructor, so it reports instead of throwing. At exit the runtime
+  // may already be unloading: then there is nothing left to wait for or free.
+  auto failed = [](const char* call, cudaError_t err) {
+    if (err == cudaSuccess || err == cudaErrorCudartUnloading) return false;
+    (void)cudaGetLastError();
+    std::fprintf(stderr, "[pin_memory] %s failed: %s\n", call, cudaGetErrorString(err));
+    return true;
+  };
+  // The runtime does not promise that cudaFreeHost waits for an asynchronous copy still
+  // reading this block (to(cuda, non_blocking=true)), and it cannot know which device the
+  // copy went to: wait for every device, then restore this thread's current device.
+  // (A caching host allocator with events will remove this wait once streams exist.)
+  int current = 0;
+  if (!failed("cudaGetDevice", cudaGetDevice(&current))) {
+    for (int d = 0; d < visible_devices(); ++d) {
+      if (failed("cudaSetDevice", cudaSetDevice(d))) break;
+      if (failed("cudaDeviceSynchronize", cudaDeviceSynchronize())) break;
+    }
+    failed("cudaSetDevice", cudaSetDevice(current));
+  }
+  failed("cudaFreeHost", cudaFreeHost(ptr));
+}
+
+bool is_pinned(const void* ptr) {
+  if (!ptr || !is_available()) return false;
+  cudaPointerAttributes attr{};
+  cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
+  if (err == cudaErrorInvalidValue) {  // memory CUDA has never seen (older runtimes say so)
+    (void)cudaGetLastError();
+    return false;
+  }
+  EMBER_CUDA_CHECK(err);
+  return attr.type == cudaMemoryTypeHost;
 }
 }  // namespace detail
 }  // namespace ember::cuda

@@ -27,5 +27,11 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   check_device("copy", src_device);
   if (nbytes) std::memcpy(dst, src, nbytes);
 }
+void* host_alloc(size_t) {
+  check_device("pin_memory", Device::cuda(0));
+  return nullptr;
+}
+void host_free(void*) {}
+bool is_pinned(const void*) { return false; }
 }  // namespace detail
 }  // namespace ember::cuda

@@ -27,6 +27,14 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
                 bool non_blocking = false);
 // Throws DeviceError naming `op` unless this build and machine can use `device`.
 void check_device(const char* op, Device device);
+// Page-locked host memory (cudaHostAlloc) for Tensor::pin_memory: copies from it to a GPU
+// can be asynchronous. host_alloc returns nullptr for 0 bytes and throws DeviceError when no
+// device is visible. host_free never throws (it runs from Storage's destructor): a failure
+// is reported on stderr.
+void* host_alloc(size_t nbytes);
+void host_free(void* ptr);
+// True when `ptr` lies in page-locked memory CUDA knows (false without CUDA).
+bool is_pinned(const void* ptr);
 }  // namespace detail
 
 }  // namespace ember::cuda
