@@ -1,0 +1,150 @@
+// CPU driver for the fused optimizer updates (Adam/AdamW, SGD with momentum).
+//
+// Invariants:
+// - One OpenMP parallel loop covers every element of every tensor of the list: the tensors
+//   are cut into fixed chunks of kChunk elements (a chunk never spans two tensors), and the
+//   chunks are shared statically among threads. Each element is updated by exactly one
+//   thread, so results do not depend on the thread count.
+// - The per-element math is PyTorch 1.13's single-tensor algorithm, operation for
+//   operation, in the compute type C (double for f64 parameters, float otherwise); the
+//   scalars are rounded once from double to C, as PyTorch passes Python floats to kernels.
+// - Nothing throws inside the parallel region (the front validated everything).
+#include <omp.h>
+
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/optim.h"
+
+namespace ember::ops::cpu {
+
+namespace {
+
+constexpr int64_t kChunk = 8192;   // elements per work item
+constexpr int64_t kGrain = 32768;  // total elements below which one thread is faster
+
+struct WorkItem {
+  int64_t tensor, begin, end;
+};
+
+// The chunks of all tensors, in list order.
+std::vector<WorkItem> make_work(const TensorList& params, int64_t& total) {
+  std::vector<WorkItem> work;
+  total = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const int64_t n = params[i].numel();
+    total += n;
+    for (int64_t b = 0; b < n; b += kChunk) work.push_back({int64_t(i), b, std::min(n, b + kChunk)});
+  }
+  return work;
+}
+
+// body(item) for every work item, in one parallel loop when the total is large enough.
+template <class F>
+void for_each_chunk(const std::vector<WorkItem>& work, int64_t total, F&& body) {
+  const int64_t n = int64_t(work.size());
+#pragma omp parallel for schedule(static) if (total >= kGrain)
+  for (int64_t w = 0; w < n; ++w) body(work[size_t(w)]);
+}
+
+// The state type of a parameter type (optim_state_dtype): double for double, else float.
+template <class P>
+using state_t = std::conditional_t<std::is_same_v<P, double>, double, float>;
+
+template <class C>
+struct AdamConsts {
+  C beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay, decay;
+  bool l2, decoupled, maximize;
+};
+
+template <class P, class S, class C>
+void adam_range(P* __restrict p, const P* __restrict g, S* __restrict m, S* __restrict v,
+                int64_t n, const AdamConsts<C>& k, C neg_step_size, C bias_corr2_sqrt) {
+  for (int64_t j = 0; j < n; ++j) {
+    C grad = C(g[j]);
+    if (k.maximize) grad = -grad;
+    C param = C(p[j]);
+    if (k.decoupled) param = param * k.decay;
+    if (k.l2) grad = grad + k.weight_decay * param;
+    const C mj = C(m[j]) * k.beta1 + k.one_minus_beta1 * grad;
+    const C vj = C(v[j]) * k.beta2 + k.one_minus_beta2 * grad * grad;
+    m[j] = S(mj);
+    v[j] = S(vj);
+    const C denom = std::sqrt(vj) / bias_corr2_sqrt + k.eps;
+    p[j] = P(param + neg_step_size * mj / denom);
+  }
+}
+
+template <class C>
+struct SgdConsts {
+  C lr_neg, momentum, one_minus_dampening, weight_decay;
+  bool has_wd, has_momentum, nesterov, maximize;
+};
+
+template <class P, class S, class C>
+void sgd_range(P* __restrict p, const P* __restrict g, S* __restrict buf, bool first, int64_t n,
+               const SgdConsts<C>& k) {
+  for (int64_t j = 0; j < n; ++j) {
+    C d = C(g[j]);
+    if (k.maximize) d = -d;
+    const C param = C(p[j]);
+    if (k.has_wd) d = d + k.weight_decay * param;
+    if (k.has_momentum) {
+      const C b = first ? d : C(buf[j]) * k.momentum + k.one_minus_dampening * d;
+      buf[j] = S(b);
+      d = k.nesterov ? d + k.momentum * b : b;
+    }
+    p[j] = P(param + k.lr_neg * d);
+  }
+}
+
+}  // namespace
+
+void adam_step_kernel(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
+                      const TensorList& exp_avg_sqs, const std::vector<AdamTensorScalars>& scalars,
+                      const AdamStepParams& hp) {
+  int64_t total = 0;
+  const std::vector<WorkItem> work = make_work(params, total);
+  for_each_chunk(work, total, [&](const WorkItem& w) {
+    const size_t i = size_t(w.tensor);
+    visit_floating(params[i].dtype(), [&](auto tag) {
+      using P = decltype(tag);
+      using S = state_t<P>;
+      using C = S;
+      const AdamConsts<C> k{C(hp.beta1), C(hp.beta2), C(1 - hp.beta1), C(1 - hp.beta2), C(hp.eps),
+                            C(hp.weight_decay), C(1 - hp.lr * hp.weight_decay),
+                            !hp.decoupled_weight_decay && hp.weight_decay != 0,
+                            hp.decoupled_weight_decay, hp.maximize};
+      adam_range<P, S, C>(static_cast<P*>(params[i].data_ptr()) + w.begin,
+                          static_cast<const P*>(grads[i].data_ptr()) + w.begin,
+                          static_cast<S*>(exp_avgs[i].data_ptr()) + w.begin,
+                          static_cast<S*>(exp_avg_sqs[i].data_ptr()) + w.begin, w.end - w.begin, k,
+                          C(-scalars[i].step_size), C(scalars[i].bias_corr2_sqrt));
+    });
+  });
+}
+
+void sgd_step_kernel(const TensorList& params, const TensorList& grads,
+                     const TensorList& momentum_buffers, const std::vector<uint8_t>& first,
+                     const SgdStepParams& hp) {
+  int64_t total = 0;
+  const std::vector<WorkItem> work = make_work(params, total);
+  const bool has_momentum = hp.momentum != 0;
+  for_each_chunk(work, total, [&](const WorkItem& w) {
+    const size_t i = size_t(w.tensor);
+    visit_floating(params[i].dtype(), [&](auto tag) {
+      using P = decltype(tag);
+      using S = state_t<P>;
+      using C = S;
+      const SgdConsts<C> k{C(-hp.lr), C(hp.momentum), C(1 - hp.dampening), C(hp.weight_decay),
+                           hp.weight_decay != 0, has_momentum, hp.nesterov, hp.maximize};
+      S* buf = has_momentum ? static_cast<S*>(momentum_buffers[i].data_ptr()) + w.begin : nullptr;
+      sgd_range<P, S, C>(static_cast<P*>(params[i].data_ptr()) + w.begin,
+                         static_cast<const P*>(grads[i].data_ptr()) + w.begin, buf,
+                         has_momentum && first[i] != 0, w.end - w.begin, k);
+    });
+  });
+}
+
+}  // namespace ember::ops::cpu

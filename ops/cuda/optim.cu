@@ -1,0 +1,234 @@
+// CUDA driver for the fused optimizer updates (Adam/AdamW, SGD with momentum): a
+// multi-tensor apply. The host writes a table (pointers, sizes, per-tensor scalars) into the
+// kernel's parameter block and launches one kernel over the chunks of every tensor in it.
+//
+// Invariants:
+// - One launch per parameter dtype present (usually one), and within a dtype one launch per
+//   kMaxTensors tensors (a table must fit the 32 KiB kernel-parameter limit of CUDA >= 12.1 on
+//   sm_70+; ember targets sm_90). Block b handles chunk b of the launch: tensor i owns blocks
+//   [chunk_begin[i], chunk_begin[i + 1]) and a chunk is kChunk elements of one tensor.
+// - The table is passed as a __grid_constant__ parameter, so indexing it with a block-
+//   dependent tensor number reads the constant bank directly (no local copy of 16 KiB per
+//   thread) and there is no host-to-device copy, allocation or synchronization per step.
+// - The math is the CPU driver's (ops/cpu/optim.cpp), element for element, in the compute
+//   type (double for f64, float otherwise); only FMA contraction may differ in the last bit.
+// - Launches go to the legacy default stream, like every other ops/cuda launch, and each is
+//   followed by a check of the last error.
+#include <climits>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "ember/cuda/check.h"
+#include "kernels/optim.h"
+
+namespace ember::ops::cuda {
+
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int64_t kChunk = 16384;  // elements per block (32 per thread)
+constexpr int kMaxTensors = 256;
+
+template <int Depth>
+struct TensorTable {
+  int n;                                 // tensors in this launch
+  int64_t chunk_begin[kMaxTensors + 1];  // first block of each tensor; [n] = blocks in all
+  void* ptr[Depth][kMaxTensors];         // operand d of tensor i
+  int64_t numel[kMaxTensors];
+  double a[kMaxTensors];                 // per-tensor scalars: Adam step size; SGD first flag
+  double b[kMaxTensors];                 // Adam sqrt(1 - beta2^t)
+};
+static_assert(sizeof(TensorTable<4>) <= 32000, "a tensor table must fit the kernel parameters");
+
+// The tensor whose chunks contain this block: the last i with chunk_begin[i] <= block.
+template <int Depth>
+__device__ __forceinline__ int tensor_of_block(const TensorTable<Depth>& t, int64_t block) {
+  int lo = 0, hi = t.n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (t.chunk_begin[mid] <= block) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+template <class C>
+__device__ __forceinline__ C device_sqrt(C x) {
+  if constexpr (std::is_same_v<C, float>) return sqrtf(x);
+  else return sqrt(x);
+}
+
+template <class P>
+using state_t = std::conditional_t<std::is_same_v<P, double>, double, float>;
+
+template <class C>
+struct AdamConsts {
+  C beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay, decay;
+  bool l2, decoupled, maximize;
+};
+
+template <class P, class S, class C>
+__global__ void adam_multi_tensor_kernel(const __grid_constant__ TensorTable<4> t,
+                                         const AdamConsts<C> k) {
+  const int64_t block = blockIdx.x;
+  const int i = tensor_of_block(t, block);
+  const int64_t begin = (block - t.chunk_begin[i]) * kChunk;
+  const int64_t end = min(begin + kChunk, t.numel[i]);
+  P* p = static_cast<P*>(t.ptr[0][i]);
+  const P* g = static_cast<const P*>(t.ptr[1][i]);
+  S* m = static_cast<S*>(t.ptr[2][i]);
+  S* v = static_cast<S*>(t.ptr[3][i]);
+  const C neg_step_size = C(-t.a[i]);
+  const C bias_corr2_sqrt = C(t.b[i]);
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    C grad = C(g[j]);
+    if (k.maximize) grad = -grad;
+    C param = C(p[j]);
+    if (k.decoupled) param = param * k.decay;
+    if (k.l2) grad = grad + k.weight_decay * param;
+    const C mj = C(m[j]) * k.beta1 + k.one_minus_beta1 * grad;
+    const C vj = C(v[j]) * k.beta2 + k.one_minus_beta2 * grad * grad;
+    m[j] = S(mj);
+    v[j] = S(vj);
+    const C denom = device_sqrt(vj) / bias_corr2_sqrt + k.eps;
+    p[j] = P(param + neg_step_size * mj / denom);
+  }
+}
+
+template <class C>
+struct SgdConsts {
+  C lr_neg, momentum, one_minus_dampening, weight_decay;
+  bool has_wd, has_momentum, nesterov, maximize;
+};
+
+template <class P, class S, class C>
+__global__ void sgd_multi_tensor_kernel(const __grid_constant__ TensorTable<3> t,
+                                        const SgdConsts<C> k) {
+  const int64_t block = blockIdx.x;
+  const int i = tensor_of_block(t, block);
+  const int64_t begin = (block - t.chunk_begin[i]) * kChunk;
+  const int64_t end = min(begin + kChunk, t.numel[i]);
+  P* p = static_cast<P*>(t.ptr[0][i]);
+  const P* g = static_cast<const P*>(t.ptr[1][i]);
+  S* buf = static_cast<S*>(t.ptr[2][i]);  // null without momentum
+  const bool first = t.a[i] != 0;
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    C d = C(g[j]);
+    if (k.maximize) d = -d;
+    const C param = C(p[j]);
+    if (k.has_wd) d = d + k.weight_decay * param;
+    if (k.has_momentum) {
+      const C b = first ? d : C(buf[j]) * k.momentum + k.one_minus_dampening * d;
+      buf[j] = S(b);
+      d = k.nesterov ? d + k.momentum * b : b;
+    }
+    p[j] = P(param + k.lr_neg * d);
+  }
+}
+
+// Tensor indices grouped by parameter dtype, each group in list order.
+std::vector<std::pair<DType, std::vector<size_t>>> by_dtype(const TensorList& params) {
+  std::vector<std::pair<DType, std::vector<size_t>>> groups;
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = groups.begin();
+    while (it != groups.end() && it->first != params[i].dtype()) ++it;
+    if (it == groups.end()) groups.push_back({params[i].dtype(), {i}});
+    else it->second.push_back(i);
+  }
+  return groups;
+}
+
+// Fills tables with the tensors `idx` (set_row(table, row, i) writes pointers and scalars)
+// and calls launch(table, blocks) for each full table and the last one.
+template <int Depth, class SetRow, class Launch>
+void launch_tables(const TensorList& params, const std::vector<size_t>& idx, SetRow set_row,
+                   Launch launch) {
+  TensorTable<Depth> t;
+  t.n = 0;
+  int64_t blocks = 0;
+  auto flush = [&] {
+    if (t.n == 0) return;
+    t.chunk_begin[t.n] = blocks;
+    launch(t, blocks);
+    t.n = 0;
+    blocks = 0;
+  };
+  for (size_t i : idx) {
+    const int64_t n = params[i].numel();
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    if (t.n == kMaxTensors || blocks + chunks > int64_t(INT_MAX)) flush();
+    EMBER_CHECK(chunks <= int64_t(INT_MAX), ShapeError, "[optim cuda] a tensor of ", n,
+                " elements exceeds the launch limit");
+    t.chunk_begin[t.n] = blocks;
+    t.numel[t.n] = n;
+    set_row(t, t.n, i);
+    blocks += chunks;
+    ++t.n;
+  }
+  flush();
+}
+
+}  // namespace
+
+void adam_step_kernel(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
+                      const TensorList& exp_avg_sqs, const std::vector<AdamTensorScalars>& scalars,
+                      const AdamStepParams& hp) {
+  EMBER_CUDA_CHECK(cudaSetDevice(params[0].device().index));
+  for (const auto& [dtype, idx] : by_dtype(params)) {
+    visit_floating(dtype, [&](auto tag) {
+      using P = decltype(tag);
+      using S = state_t<P>;
+      using C = S;
+      const AdamConsts<C> k{C(hp.beta1), C(hp.beta2), C(1 - hp.beta1), C(1 - hp.beta2), C(hp.eps),
+                            C(hp.weight_decay), C(1 - hp.lr * hp.weight_decay),
+                            !hp.decoupled_weight_decay && hp.weight_decay != 0,
+                            hp.decoupled_weight_decay, hp.maximize};
+      launch_tables<4>(
+          params, idx,
+          [&](TensorTable<4>& t, int row, size_t i) {
+            t.ptr[0][row] = params[i].data_ptr();
+            t.ptr[1][row] = grads[i].data_ptr();
+            t.ptr[2][row] = exp_avgs[i].data_ptr();
+            t.ptr[3][row] = exp_avg_sqs[i].data_ptr();
+            t.a[row] = scalars[i].step_size;
+            t.b[row] = scalars[i].bias_corr2_sqrt;
+          },
+          [&](const TensorTable<4>& t, int64_t blocks) {
+            adam_multi_tensor_kernel<P, S, C><<<unsigned(blocks), kThreads>>>(t, k);
+            EMBER_CUDA_CHECK_LAUNCH();
+          });
+    });
+  }
+}
+
+void sgd_step_kernel(const TensorList& params, const TensorList& grads,
+                     const TensorList& momentum_buffers, const std::vector<uint8_t>& first,
+                     const SgdStepParams& hp) {
+  EMBER_CUDA_CHECK(cudaSetDevice(params[0].device().index));
+  const bool has_momentum = hp.momentum != 0;
+  for (const auto& [dtype, idx] : by_dtype(params)) {
+    visit_floating(dtype, [&](auto tag) {
+      using P = decltype(tag);
+      using S = state_t<P>;
+      using C = S;
+      const SgdConsts<C> k{C(-hp.lr), C(hp.momentum), C(1 - hp.dampening), C(hp.weight_decay),
+                           hp.weight_decay != 0, has_momentum, hp.nesterov, hp.maximize};
+      launch_tables<3>(
+          params, idx,
+          [&](TensorTable<3>& t, int row, size_t i) {
+            t.ptr[0][row] = params[i].data_ptr();
+            t.ptr[1][row] = grads[i].data_ptr();
+            t.ptr[2][row] = has_momentum ? momentum_buffers[i].data_ptr() : nullptr;
+            t.a[row] = has_momentum && first[i] != 0 ? 1.0 : 0.0;
+            t.b[row] = 0.0;
+          },
+          [&](const TensorTable<3>& t, int64_t blocks) {
+            sgd_multi_tensor_kernel<P, S, C><<<unsigned(blocks), kThreads>>>(t, k);
+            EMBER_CUDA_CHECK_LAUNCH();
+          });
+    });
+  }
+}
+
+}  // namespace ember::ops::cuda

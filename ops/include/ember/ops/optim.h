@@ -1,0 +1,68 @@
+// Fused multi-tensor optimizer updates (Adam/AdamW, SGD with momentum): the autograd-oblivious
+// front. One call updates every tensor of a list in place with ONE parallel pass on the CPU
+// (one OpenMP loop over all elements of all tensors) and one kernel launch per dtype on CUDA
+// (a table of pointers and sizes, chunked; more than a launch's table holds only for very
+// long lists). The optimizer (optim/) owns the state; these functions only do the math.
+//
+// Invariants the callers rely on:
+// - Parameters are updated in place (same storage, same identity), their version bumped.
+// - The math is PyTorch 1.13's single-tensor algorithm, operation for operation, in the
+//   compute type: f64 for f64 parameters, f32 otherwise (f16/bf16 parameters load and store
+//   in their own type but compute in f32). Host scalars (lr, betas, bias corrections) are
+//   formed in double and rounded once to the compute type, as PyTorch passes them.
+// - Optimizer state (exp_avg, exp_avg_sq, momentum_buffer) is contiguous, has the
+//   parameter's shape and device, and has dtype optim_state_dtype(param dtype): f32 for
+//   16-bit parameters (so moments keep their precision), else the parameter's dtype.
+// - Gradients of another dtype are cast to the parameter's dtype first; any strides work.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ember/tensor.h"
+
+namespace ember::ops {
+
+// f64 -> f64; f32, f16, bf16 -> f32.
+inline DType optim_state_dtype(DType param) { return param == DType::f64 ? DType::f64 : DType::f32; }
+
+struct AdamStepParams {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool decoupled_weight_decay = false;  // AdamW: p *= 1 - lr * wd; Adam: g += wd * p (L2)
+  bool maximize = false;
+};
+
+// For each i, with t = steps[i] (the step number after incrementing, >= 1):
+//   g = maximize ? -grad : grad
+//   AdamW: p = p * (1 - lr*wd)            Adam: g = g + wd * p
+//   m = m * beta1 + (1 - beta1) * g
+//   v = v * beta2 + (1 - beta2) * g * g
+//   p = p + (-lr / (1 - beta1^t)) * (m / (sqrt(v) / sqrt(1 - beta2^t) + eps))
+void adam_step_(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
+                const TensorList& exp_avg_sqs, const std::vector<int64_t>& steps,
+                const AdamStepParams& p);
+
+struct SgdStepParams {
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  bool maximize = false;
+};
+
+// For each i:
+//   d = (maximize ? -grad : grad) + wd * p                         (wd term only when wd != 0)
+//   momentum != 0:  buf = first[i] ? d : buf * momentum + (1 - dampening) * d
+//                   d = nesterov ? d + momentum * buf : buf
+//   p = p + (-lr) * d
+// momentum_buffers is empty when momentum == 0; `first` marks buffers that start this step.
+void sgd_step_(const TensorList& params, const TensorList& grads,
+               const TensorList& momentum_buffers, const std::vector<uint8_t>& first,
+               const SgdStepParams& p);
+
+}  // namespace ember::ops
