@@ -1,0 +1,37 @@
+// Parameter initialization, in place and outside the graph, as torch.nn.init. Each draws from
+// `gen` (the default CPU generator when null) on the CPU in f64 and copies into the tensor, so
+// a seed gives the same weights on every device and dtype.
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include "ember/random.h"
+#include "ember/tensor.h"
+
+namespace ember::nn::init {
+
+enum class FanMode { fan_in, fan_out };
+enum class Nonlinearity { linear, relu, leaky_relu, tanh, sigmoid };
+
+// (fan_in, fan_out) of a weight: [out, in, k...] -> (in * prod(k), out * prod(k)).
+std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& t);
+// torch.nn.init.calculate_gain; `param` is leaky_relu's negative slope.
+double calculate_gain(Nonlinearity nonlinearity, double param = 0.01);
+
+Tensor& uniform_(Tensor& t, double low = 0.0, double high = 1.0, Generator* gen = nullptr);
+Tensor& normal_(Tensor& t, double mean = 0.0, double std = 1.0, Generator* gen = nullptr);
+// Normal(mean, std) redrawn until inside [a, b].
+Tensor& trunc_normal_(Tensor& t, double mean = 0.0, double std = 1.0, double a = -2.0,
+                      double b = 2.0, Generator* gen = nullptr);
+Tensor& constant_(Tensor& t, double value);
+Tensor& zeros_(Tensor& t);
+Tensor& ones_(Tensor& t);
+Tensor& kaiming_uniform_(Tensor& t, double a = 0.0, FanMode mode = FanMode::fan_in,
+                         Nonlinearity nonlinearity = Nonlinearity::leaky_relu, Generator* gen = nullptr);
+Tensor& kaiming_normal_(Tensor& t, double a = 0.0, FanMode mode = FanMode::fan_in,
+                        Nonlinearity nonlinearity = Nonlinearity::leaky_relu, Generator* gen = nullptr);
+Tensor& xavier_uniform_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
+Tensor& xavier_normal_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
+
+}  // namespace ember::nn::init
