@@ -1,0 +1,75 @@
+// Adam (L2 weight decay added to the gradient) and AdamW (decoupled weight decay), with
+// torch.optim.Adam / AdamW's semantics (amsgrad not supported). For step t of a parameter:
+//   AdamW: p *= 1 - lr*wd          Adam: g += wd * p
+//   m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g^2
+//   p -= lr/(1-beta1^t) * m / (sqrt(v)/sqrt(1-beta2^t) + eps)
+// The update of a group is ONE fused multi-tensor kernel (ops::adam_step_) over all of its
+// parameters; each parameter keeps its own step count (parameters skipped for lack of a
+// gradient do not advance).
+#pragma once
+
+#include <array>
+
+#include "ember/optim/optimizer.h"
+
+namespace ember::optim {
+
+struct AdamOptions {
+  double lr = 1e-3;
+  std::array<double, 2> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool maximize = false;
+};
+
+// Same fields; weight_decay defaults to 0.01 as in torch.optim.AdamW.
+struct AdamWOptions {
+  double lr = 1e-3;
+  std::array<double, 2> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+  bool maximize = false;
+};
+
+namespace detail {
+// The shared implementation; Decoupled selects AdamW's weight decay.
+template <class Options, bool Decoupled>
+class AdamBase : public Optimizer {
+ public:
+  using Group = ParamGroup<Options>;
+
+  void step() override;
+  const Options& options(size_t group = 0) const;
+  void set_options(const Options& options, size_t group);
+
+ protected:
+  explicit AdamBase(std::vector<Group> groups);
+  double group_lr(size_t group) const override { return options_[group].lr; }
+  void set_group_lr(size_t group, double lr) override { options_[group].lr = lr; }
+  void save_group_options(size_t group, StateDict& out, const std::string& prefix) const override;
+  void load_group_options(size_t group, const StateDict& in, const std::string& prefix) override;
+
+ private:
+  std::vector<Options> options_;
+};
+extern template class AdamBase<AdamOptions, false>;
+extern template class AdamBase<AdamWOptions, true>;
+}  // namespace detail
+
+class Adam : public detail::AdamBase<AdamOptions, false> {
+ public:
+  using Options = AdamOptions;
+  Adam(std::vector<Tensor> params, AdamOptions options = {})
+      : AdamBase({Group{std::move(params), options}}) {}
+  explicit Adam(std::vector<Group> groups) : AdamBase(std::move(groups)) {}
+};
+
+class AdamW : public detail::AdamBase<AdamWOptions, true> {
+ public:
+  using Options = AdamWOptions;
+  AdamW(std::vector<Tensor> params, AdamWOptions options = {})
+      : AdamBase({Group{std::move(params), options}}) {}
+  explicit AdamW(std::vector<Group> groups) : AdamBase(std::move(groups)) {}
+};
+
+}  // namespace ember::optim

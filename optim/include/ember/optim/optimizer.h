@@ -1,0 +1,114 @@
+// Optimizer: the base of SGD, Adam and AdamW, with PyTorch's torch.optim.Optimizer semantics.
+//
+// Invariants:
+// - Parameters are numbered 0, 1, ... across all groups in order (PyTorch's state_dict ids);
+//   per-parameter state is kept by that number, so the optimizer never holds a map keyed by
+//   tensor identity and a state dict from one run loads into another of the same layout.
+// - A parameter appears in exactly one group, is a floating-point leaf, and is updated in
+//   place under NoGradGuard: its identity (and every handle to it) never changes.
+// - step() skips parameters without a gradient; their state (and step count) does not move.
+// - Optimizer state tensors live on their parameter's device, contiguous, in
+//   ops::optim_state_dtype(param dtype) (f32 for 16-bit parameters).
+// - state_dict() returns the live state tensors (like PyTorch, no copy); load_state_dict()
+//   validates everything before changing anything, then copies the tensors in (so two
+//   optimizers never share state) and restores every group's hyperparameters.
+//
+// State dict keys (Note [optimizer state dict]):
+//   state.<i>.step              i64 0-dim, optimizers that count steps (Adam, AdamW)
+//   state.<i>.<buffer>          exp_avg, exp_avg_sq / momentum_buffer (absent before step 1)
+//   param_groups.<g>.params     i64 [n]: the parameter numbers of group g
+//   param_groups.<g>.lr, ...    f64 0-dim per option (betas as f64 [2], flags as 0/1)
+//   param_groups.<g>.initial_lr f64 0-dim, once a scheduler has been attached
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ember/state_dict.h"
+#include "ember/tensor.h"
+
+namespace ember::optim {
+
+// A parameter group: its tensors and its own options (PyTorch's param_groups entry).
+template <class Options>
+struct ParamGroup {
+  std::vector<Tensor> params;
+  Options options{};
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter that has a gradient.
+  virtual void step() = 0;
+  // Drops every gradient (set_to_none, the default as in PyTorch 2) or zeroes it in place.
+  void zero_grad(bool set_to_none = true);
+
+  size_t num_param_groups() const { return groups_.size(); }
+  const std::vector<Tensor>& params(size_t group) const;
+  // All parameters, in parameter-number order.
+  std::vector<Tensor> parameters() const;
+  size_t num_params() const { return state_.size(); }
+
+  double lr(size_t group = 0) const;
+  void set_lr(double lr, size_t group);
+  void set_lr(double lr);  // every group
+  // The lr schedulers start from (PyTorch's group["initial_lr"]): set by the first scheduler
+  // attached to this optimizer, so a second one starts from the same base.
+  std::optional<double> initial_lr(size_t group) const;
+  void set_initial_lr(double lr, size_t group);
+
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
+
+  // The state of parameter number `param` (undefined before its first step), its step count.
+  Tensor state(size_t param, std::string_view buffer) const;
+  int64_t state_step(size_t param) const;
+  // "SGD", "Adam", "AdamW": the prefix of this optimizer's error messages.
+  const std::string& name() const { return name_; }
+
+ protected:
+  struct ParamState {
+    int64_t step = 0;
+    std::vector<Tensor> buffers;  // in state_names order; empty before the first step
+  };
+
+  // groups: the parameters of each group (validated here); state_names: the per-parameter
+  // buffers; counts_steps: whether "state.<i>.step" is kept.
+  Optimizer(std::string name, std::vector<std::vector<Tensor>> groups,
+            std::vector<std::string> state_names, bool counts_steps);
+
+  size_t param_number(size_t group, size_t k) const { return group_begin_[group] + k; }
+  ParamState& param_state(size_t param) { return state_[param]; }
+  const ParamState& param_state(size_t param) const { return state_[param]; }
+  void check_group(size_t group, const char* what) const;
+
+  // Hyperparameters of one group: lr access, and (de)serialization under `prefix`
+  // ("param_groups.<g>."). load_group_options validates and may throw before any change.
+  virtual double group_lr(size_t group) const = 0;
+  virtual void set_group_lr(size_t group, double lr) = 0;
+  virtual void save_group_options(size_t group, StateDict& out, const std::string& prefix) const = 0;
+  virtual void load_group_options(size_t group, const StateDict& in, const std::string& prefix) = 0;
+
+ private:
+  std::string name_;
+  std::vector<std::vector<Tensor>> groups_;
+  std::vector<size_t> group_begin_;
+  std::vector<std::optional<double>> initial_lr_;
+  std::vector<std::string> state_names_;
+  bool counts_steps_;
+  std::vector<ParamState> state_;
+};
+
+namespace detail {
+// Reads a 0-dim option; throws "[<name>.load_state_dict] missing ..." when absent.
+double load_option(const std::string& name, const StateDict& in, const std::string& key);
+}  // namespace detail
+
+}  // namespace ember::optim

@@ -1,0 +1,127 @@
+// Adam and AdamW: validation, lazy state creation and one fused ops::adam_step_ call per
+// group. A parameter's step count advances only after its update succeeded.
+#include "ember/optim/adam.h"
+
+#include <cmath>
+
+#include "ember/factory.h"
+#include "ember/grad_mode.h"
+#include "ember/ops/optim.h"
+
+namespace ember::optim::detail {
+
+namespace {
+
+template <class Options>
+void validate(const Options& o, const char* name, const char* where) {
+  EMBER_CHECK(o.lr >= 0, ValueError, "[", name, where, "] invalid learning rate: ", o.lr);
+  EMBER_CHECK(o.eps >= 0, ValueError, "[", name, where, "] invalid epsilon value: ", o.eps);
+  EMBER_CHECK(o.betas[0] >= 0 && o.betas[0] < 1, ValueError, "[", name, where,
+              "] invalid beta parameter at index 0: ", o.betas[0], " (must be in [0, 1))");
+  EMBER_CHECK(o.betas[1] >= 0 && o.betas[1] < 1, ValueError, "[", name, where,
+              "] invalid beta parameter at index 1: ", o.betas[1], " (must be in [0, 1))");
+  EMBER_CHECK(o.weight_decay >= 0, ValueError, "[", name, where, "] invalid weight_decay value: ",
+              o.weight_decay);
+}
+
+template <class Options>
+std::vector<std::vector<Tensor>> group_params(const std::vector<ParamGroup<Options>>& groups,
+                                              const char* name) {
+  std::vector<std::vector<Tensor>> out;
+  for (const auto& g : groups) {
+    validate(g.options, name, "");
+    out.push_back(g.params);
+  }
+  return out;
+}
+
+constexpr const char* adam_name(bool decoupled) { return decoupled ? "AdamW" : "Adam"; }
+
+}  // namespace
+
+template <class Options, bool Decoupled>
+AdamBase<Options, Decoupled>::AdamBase(std::vector<Group> groups)
+    : Optimizer(adam_name(Decoupled), group_params(groups, adam_name(Decoupled)),
+                {"exp_avg", "exp_avg_sq"}, true) {
+  for (const auto& g : groups) options_.push_back(g.options);
+}
+
+template <class Options, bool Decoupled>
+const Options& AdamBase<Options, Decoupled>::options(size_t group) const {
+  check_group(group, "options");
+  return options_[group];
+}
+
+template <class Options, bool Decoupled>
+void AdamBase<Options, Decoupled>::set_options(const Options& options, size_t group) {
+  check_group(group, "set_options");
+  validate(options, adam_name(Decoupled), ".set_options");
+  options_[group] = options;
+}
+
+template <class Options, bool Decoupled>
+void AdamBase<Options, Decoupled>::step() {
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < num_param_groups(); ++g) {
+    const Options& o = options_[g];
+    TensorList ps, gs, ms, vs;
+    std::vector<int64_t> steps;
+    std::vector<size_t> ids;
+    const auto& group = params(g);
+    for (size_t k = 0; k < group.size(); ++k) {
+      const Tensor& p = group[k];
+      if (!p.grad().defined()) continue;
+      ParamState& s = param_state(param_number(g, k));
+      if (s.buffers.empty()) {
+        // Zeros at step 0 are exactly a fresh state, so creating them early is harmless.
+        const TensorOptions opts = TensorOptions(ops::optim_state_dtype(p.dtype())).device(p.device());
+        s.buffers = {zeros(p.sizes(), opts), zeros(p.sizes(), opts)};
+        s.step = 0;
+      }
+      ps.push_back(p);
+      gs.push_back(p.grad());
+      ms.push_back(s.buffers[0]);
+      vs.push_back(s.buffers[1]);
+      steps.push_back(s.step + 1);
+      ids.push_back(param_number(g, k));
+    }
+    if (ps.empty()) continue;
+    ops::adam_step_(ps, gs, ms, vs, steps,
+                    {.lr = o.lr, .beta1 = o.betas[0], .beta2 = o.betas[1], .eps = o.eps,
+                     .weight_decay = o.weight_decay, .decoupled_weight_decay = Decoupled,
+                     .maximize = o.maximize});
+    for (size_t i : ids) ++param_state(i).step;
+  }
+}
+
+template <class Options, bool Decoupled>
+void AdamBase<Options, Decoupled>::save_group_options(size_t group, StateDict& out,
+                                                      const std::string& prefix) const {
+  const Options& o = options_[group];
+  out.set(prefix + "betas", tensor(std::vector<double>{o.betas[0], o.betas[1]}, Shape{2}));
+  out.set_scalar(prefix + "eps", o.eps);
+  out.set_scalar(prefix + "weight_decay", o.weight_decay);
+  out.set_scalar(prefix + "maximize", o.maximize ? 1 : 0);
+}
+
+template <class Options, bool Decoupled>
+void AdamBase<Options, Decoupled>::load_group_options(size_t group, const StateDict& in,
+                                                      const std::string& prefix) {
+  Options o = options_[group];
+  const Tensor* betas = in.find(prefix + "betas");
+  EMBER_CHECK(betas != nullptr && betas->numel() == 2, ValueError,
+              "[Optimizer.load_state_dict] the state dict of a ", name(), " optimizer lacks a 2-element '",
+              prefix, "betas'");
+  const std::vector<double> b = betas->to_vector<double>();
+  o.betas = {b[0], b[1]};
+  o.eps = load_option(name(), in, prefix + "eps");
+  o.weight_decay = load_option(name(), in, prefix + "weight_decay");
+  o.maximize = load_option(name(), in, prefix + "maximize") != 0;
+  validate(o, adam_name(Decoupled), ".load_state_dict");
+  options_[group] = o;
+}
+
+template class AdamBase<AdamOptions, false>;
+template class AdamBase<AdamWOptions, true>;
+
+}  // namespace ember::optim::detail
