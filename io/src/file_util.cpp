@@ -143,7 +143,12 @@ void write_file_atomic(const std::string& path, std::string_view op,
   // Same folder as `path`, so the rename cannot cross file systems; hidden so that tools
   // listing the folder do not pick it up.
   std::string tmp = path.substr(0, name_at) + "." + path.substr(name_at) + ".tmp-" + unique_suffix();
-  File f = File::create(tmp, std::string(op));
+  int fd;
+  do {
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) throw_errno(op, path, str("cannot create temporary file ", tmp), errno);
+  File f(fd, path, std::string(op));  // errors name the destination the user asked for
   try {
     write(f);
     f.sync();
