@@ -162,9 +162,11 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& ckpt, int 
   EMBER_CHECK(!dir.empty(), ValueError, op, " empty checkpoint folder name");
   std::string name = checkpoint_folder_name(ckpt.step);
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  bool created = fs::create_directories(dir, ec);
   if (ec) throw IOError(str(op, " ", dir, ": cannot create checkpoint folder: ", ec.message()));
   EMBER_CHECK(fs::is_directory(dir, ec), IOError, op, " ", dir, ": exists but is not a folder");
+  // A new `dir` is itself only durable once its parent's entry is.
+  if (created) detail::sync_dir(detail::parent_dir(dir), op);
 
   // 1. Everything into a temporary folder, durable before it becomes visible.
   std::string tmp = join(dir, str(kTmpPrefix, name, "-", detail::unique_suffix()));

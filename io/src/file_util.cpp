@@ -119,7 +119,9 @@ void sync_dir(const std::string& dir, std::string_view op) {
   if (rc != 0 && err != EINVAL) throw_errno(op, dir, "fsync of folder failed", err);
 }
 
-std::string parent_dir(const std::string& path) {
+std::string parent_dir(const std::string& path_in) {
+  std::string path = path_in;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();  // "a/b/" is inside "a"
   size_t slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";
   if (slash == 0) return "/";
