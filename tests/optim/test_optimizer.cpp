@@ -269,7 +269,7 @@ TEST(OptimizerErrors, BadConstructorArguments) {
                        "invalid learning rate"));
 }
 
-TEST(OptimizerErrors, StepWithAMismatchedGradient) {
+TEST(Optimizer, StepCastsAGradientOfAnotherDtype) {
   Tensor p = zeros({3}).requires_grad_();
   optim::Adam opt({p});
   // set_grad refuses a wrong shape itself; a wrong device or dtype is the kernel front's job.
