@@ -332,3 +332,6 @@ TEST(Dataset, DefaultGetBatchStacksAndTensorDatasetChecksShapes) {
 }
 
 }  // namespace
+
+static_assert(std::input_iterator<ember::data::DataLoader::Iterator>);
+static_assert(std::sentinel_for<ember::data::DataLoader::Sentinel, ember::data::DataLoader::Iterator>);
