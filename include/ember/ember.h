@@ -8,4 +8,11 @@
 #include "ember/functions.h"
 #include "ember/grad_mode.h"
 #include "ember/random.h"
+#include "ember/state_dict.h"
 #include "ember/tensor.h"
+
+// Libraries above autograd.
+#include "ember/data.h"
+#include "ember/io.h"
+#include "ember/nn.h"
+#include "ember/optim.h"

