@@ -149,8 +149,11 @@ int run(const Config& cfg) {
   }
   auto save = [&](int64_t at_step, double train_loss) {
     if (cfg.checkpoint.empty()) return;
-    io::Checkpoint ckpt{.model = model->state_dict(), .optimizer = opt.state_dict(),
-                        .step = at_step, .rng = default_generator(Device::cpu()).get_state()};
+    io::Checkpoint ckpt;
+    ckpt.model = model->state_dict();
+    ckpt.optimizer = opt.state_dict();
+    ckpt.step = at_step;
+    ckpt.rng = default_generator(Device::cpu()).get_state();
     ckpt.meta = {{"model", cfg.model}, {"batch_size", std::to_string(cfg.batch_size)},
                  {"seed", std::to_string(cfg.seed)}, {"train_loss", std::to_string(train_loss)}};
     if (dev.is_cuda()) {

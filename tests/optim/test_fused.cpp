@@ -147,7 +147,9 @@ TEST_P(Fused, SgdMatchesCompositeOverMixedLists) {
         SCOPED_TRACE("round " + std::to_string(round) + " tensor " + std::to_string(i));
         const Tol t = tol_for(ref.p[i].dtype());
         EXPECT_TRUE(test::all_close(fused.p[i], ref.p[i], t.rtol, t.atol));
-        if (momentum) EXPECT_TRUE(test::all_close(fused.m[i], ref.m[i], t.rtol, t.atol));
+        if (momentum) {
+          EXPECT_TRUE(test::all_close(fused.m[i], ref.m[i], t.rtol, t.atol));
+        }
       }
       std::fill(first.begin(), first.end(), 0);
     }
