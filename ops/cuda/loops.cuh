@@ -2,12 +2,13 @@
 // shared LoopPlan (coalesced dims, byte strides, operand 0 = output) and passes it by value;
 // each thread maps a linear index to per-operand byte offsets with div/mod over at most
 // kMaxDims dims, in a grid-stride loop. Same-shape contiguous operands skip the div/mod.
-// Launches go to the legacy default stream until the CUDA backend issue adds streams.
+// Launches go to this thread's current stream (ember::cuda::detail::current_stream_handle).
 #pragma once
 
 #include <array>
 
 #include "ember/cuda/check.h"
+#include "ember/cuda/stream_handle.h"
 #include "kernels/loop_plan.h"
 
 namespace ember::ops::cuda {
@@ -81,7 +82,8 @@ void launch_elementwise(const std::array<const Tensor*, N>& ts, Op op) {
   }
   EMBER_CUDA_CHECK(cudaSetDevice(ts[0]->device().index));
   const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t(1) << 16);
-  elementwise_kernel<N><<<unsigned(blocks), kThreads>>>(n, oc, ptrs, op);
+  cudaStream_t stream = ember::cuda::detail::current_stream_handle(ts[0]->device().index);
+  elementwise_kernel<N><<<unsigned(blocks), kThreads, 0, stream>>>(n, oc, ptrs, op);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 

@@ -12,14 +12,15 @@
 //   thread) and there is no host-to-device copy, allocation or synchronization per step.
 // - The math is the CPU driver's (ops/cpu/optim.cpp), element for element, in the compute
 //   type (double for f64, float otherwise); only FMA contraction may differ in the last bit.
-// - Launches go to the legacy default stream, like every other ops/cuda launch, and each is
-//   followed by a check of the last error.
+// - Launches go to this thread's current stream, like every other ops/cuda launch, and each
+//   is followed by a check of the last error.
 #include <climits>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "ember/cuda/check.h"
+#include "ember/cuda/stream_handle.h"
 #include "kernels/optim.h"
 
 namespace ember::ops::cuda {
@@ -175,6 +176,7 @@ void adam_step_kernel(const TensorList& params, const TensorList& grads, const T
                       const TensorList& exp_avg_sqs, const std::vector<AdamTensorScalars>& scalars,
                       const AdamStepParams& hp) {
   EMBER_CUDA_CHECK(cudaSetDevice(params[0].device().index));
+  cudaStream_t stream = ember::cuda::detail::current_stream_handle(params[0].device().index);
   for (const auto& [dtype, idx] : by_dtype(params)) {
     visit_floating(dtype, [&](auto tag) {
       using P = decltype(tag);
@@ -195,7 +197,7 @@ void adam_step_kernel(const TensorList& params, const TensorList& grads, const T
             t.b[row] = scalars[i].bias_corr2_sqrt;
           },
           [&](const TensorTable<4>& t, int64_t blocks) {
-            adam_multi_tensor_kernel<P, S, C><<<unsigned(blocks), kThreads>>>(t, k);
+            adam_multi_tensor_kernel<P, S, C><<<unsigned(blocks), kThreads, 0, stream>>>(t, k);
             EMBER_CUDA_CHECK_LAUNCH();
           });
     });
@@ -206,6 +208,7 @@ void sgd_step_kernel(const TensorList& params, const TensorList& grads,
                      const TensorList& momentum_buffers, const std::vector<uint8_t>& first,
                      const SgdStepParams& hp) {
   EMBER_CUDA_CHECK(cudaSetDevice(params[0].device().index));
+  cudaStream_t stream = ember::cuda::detail::current_stream_handle(params[0].device().index);
   const bool has_momentum = hp.momentum != 0;
   for (const auto& [dtype, idx] : by_dtype(params)) {
     visit_floating(dtype, [&](auto tag) {
@@ -224,7 +227,7 @@ void sgd_step_kernel(const TensorList& params, const TensorList& grads,
             t.b[row] = 0.0;
           },
           [&](const TensorTable<3>& t, int64_t blocks) {
-            sgd_multi_tensor_kernel<P, S, C><<<unsigned(blocks), kThreads>>>(t, k);
+            sgd_multi_tensor_kernel<P, S, C><<<unsigned(blocks), kThreads, 0, stream>>>(t, k);
             EMBER_CUDA_CHECK_LAUNCH();
           });
     });

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ember/cuda/check.h"
+#include "ember/cuda/stream_handle.h"
 #include "kernels/random.h"
 
 namespace ember::ops::cuda {
@@ -46,10 +47,11 @@ void launch(const Tensor& t, Generator::State s, Dist dist, double a, double b) 
   if (n == 0) return;
   EMBER_CUDA_CHECK(cudaSetDevice(t.device().index));
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t(1) << 16);
+  cudaStream_t stream = ember::cuda::detail::current_stream_handle(t.device().index);
   visit_dtype(t.dtype(), [&](auto tag) {
     using S = decltype(tag);
-    random_kernel<S><<<unsigned(blocks), 256>>>(static_cast<S*>(t.data_ptr()), n, s, dist, a, b,
-                                                largest_below(b, t.dtype()));
+    random_kernel<S><<<unsigned(blocks), 256, 0, stream>>>(
+        static_cast<S*>(t.data_ptr()), n, s, dist, a, b, largest_below(b, t.dtype()));
   });
   EMBER_CUDA_CHECK_LAUNCH();
 }
