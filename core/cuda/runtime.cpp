@@ -90,6 +90,14 @@ Allocator* allocator(int index) {
   return allocators[index];
 }
 
+// Copies run on the current stream of the CUDA side (the destination's for device-to-device),
+// so they are ordered with the kernels that produce and consume the data. The host waits for
+// that stream only when host memory is involved and the caller may touch it at once: always,
+// except for a non_blocking copy whose host side is pinned (pageable memory goes through
+// CUDA's staging buffers, whose asynchronous completion the caller cannot observe). A copy
+// between two devices makes the destination stream wait for the source device's current
+// stream first, and the source stream wait for the copy after, so neither side reuses memory
+// too early.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
                 bool non_blocking) {
   if (nbytes == 0) return;
@@ -99,12 +107,17 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   }
   check_device("copy", dst_device);
   check_device("copy", src_device);
-  EMBER_CUDA_CHECK(cudaSetDevice(dst_device.is_cuda() ? dst_device.index : src_device.index));
-  if (non_blocking) {
-    EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, nullptr));
-  } else {
-    EMBER_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault));
-  }
+  const int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
+  EMBER_CUDA_CHECK(cudaSetDevice(device));
+  const Stream stream = current_stream(device);
+  const bool cross_device = dst_device.is_cuda() && src_device.is_cuda() &&
+                            dst_device.index != src_device.index;
+  if (cross_device) stream.wait_stream(current_stream(src_device.index));
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream.handle()));
+  if (cross_device) current_stream(src_device.index).wait_stream(stream);
+  if (dst_device.is_cuda() && src_device.is_cuda()) return;  // stream order suffices
+  const void* host = dst_device.is_cpu() ? dst : src;
+  if (!(non_blocking && is_pinned(host))) stream.synchronize();
 }
 
 void* host_alloc(size_t nbytes) {

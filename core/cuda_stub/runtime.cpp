@@ -35,3 +35,50 @@ void host_free(void*) {}
 bool is_pinned(const void*) { return false; }
 }  // namespace detail
 }  // namespace ember::cuda
+
+// ---- streams, events, device properties and versions (ember/cuda_stream.h, ember/cuda.h):
+// nothing can be created, so every member of an object is unreachable; each still throws
+// the same clear DeviceError rather than pretending.
+namespace ember::cuda {
+namespace {
+[[noreturn]] void no_cuda(const char* op) {
+  throw DeviceError(str("[", op, "] this build of ember has no CUDA support"));
+}
+}  // namespace
+
+std::string driver_version() { return "none"; }
+int runtime_version_number() { return 0; }
+int driver_version_number() { return 0; }
+DeviceProperties get_device_properties(int device) {
+  detail::check_device("get_device_properties", Device::cuda(device));
+  no_cuda("get_device_properties");
+}
+
+struct Stream::Owner {};
+Stream::Stream(const StreamOptions&) { no_cuda("Stream"); }
+Stream Stream::default_stream(int) { no_cuda("default_stream"); }
+Stream Stream::from_handle(StreamHandle, int) { no_cuda("Stream::from_handle"); }
+std::pair<int, int> Stream::priority_range(int) { no_cuda("Stream::priority_range"); }
+int Stream::priority() const { no_cuda("Stream::priority"); }
+bool Stream::non_blocking() const { no_cuda("Stream::non_blocking"); }
+void Stream::synchronize() const { no_cuda("Stream::synchronize"); }
+bool Stream::query() const { no_cuda("Stream::query"); }
+void Stream::wait(const Event&) const { no_cuda("Stream::wait"); }
+void Stream::wait_stream(const Stream&) const { no_cuda("Stream::wait_stream"); }
+Stream current_stream(int) { no_cuda("current_stream"); }
+void set_current_stream(const Stream&) { no_cuda("set_current_stream"); }
+StreamGuard::StreamGuard(const Stream& stream) : stream_(stream), previous_(stream) {
+  no_cuda("StreamGuard");
+}
+StreamGuard::~StreamGuard() = default;
+
+Event::Event(const EventOptions&) { no_cuda("Event"); }
+Event::~Event() = default;
+Event::Event(Event&&) noexcept = default;
+Event& Event::operator=(Event&&) noexcept = default;
+void Event::record(const Stream&) { no_cuda("Event::record"); }
+void Event::record() { no_cuda("Event::record"); }
+void Event::synchronize() const { no_cuda("Event::synchronize"); }
+bool Event::query() const { no_cuda("Event::query"); }
+float Event::elapsed_time(const Event&) const { no_cuda("Event::elapsed_time"); }
+}  // namespace ember::cuda

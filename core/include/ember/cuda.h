@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <string>
 
+#include "ember/cuda_stream.h"
 #include "ember/device.h"
 #include "ember/storage.h"
 
@@ -18,6 +19,40 @@ std::string device_name(int device = 0);
 void synchronize(int device = -1);
 // "CUDA 13.0" style runtime version, or "none" in a CPU-only build.
 std::string runtime_version();
+// The newest CUDA version the installed driver supports ("CUDA 13.0"), or "none" when this
+// build has no CUDA or the machine has no driver. Never throws.
+std::string driver_version();
+// The same versions as numbers (1000 * major + 10 * minor, e.g. 13000); 0 for "none".
+int runtime_version_number();
+int driver_version_number();
+
+// What ember-info shows about a device. Memory sizes in bytes, clocks in kHz.
+struct DeviceProperties {
+  int index = 0;
+  std::string name;
+  int major = 0, minor = 0;              // compute capability
+  int multiprocessor_count = 0;
+  size_t total_memory = 0;
+  size_t free_memory = 0;                // cudaMemGetInfo at the time of the query
+  int l2_cache_size = 0;
+  int clock_rate_khz = 0;                // peak SM clock
+  int memory_clock_rate_khz = 0;         // peak memory clock
+  int memory_bus_width = 0;              // bits
+  int max_threads_per_multiprocessor = 0;
+  int warp_size = 0;
+  size_t shared_memory_per_block = 0;         // without opt-in
+  size_t shared_memory_per_block_optin = 0;   // with cudaFuncAttributeMaxDynamicSharedMemorySize
+  size_t shared_memory_per_multiprocessor = 0;
+  bool ecc_enabled = false;
+  std::string pci_bus_id;                // "0000:65:00.0"
+
+  // Peak DRAM bandwidth in bytes/s: double data rate x bus width.
+  double peak_memory_bandwidth() const {
+    return 2.0 * memory_clock_rate_khz * 1e3 * (memory_bus_width / 8.0);
+  }
+};
+// Throws DeviceError when `device` is not visible (always in a CPU-only build).
+DeviceProperties get_device_properties(int device = 0);
 
 namespace detail {
 Allocator* allocator(int device);
