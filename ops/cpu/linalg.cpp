@@ -214,4 +214,13 @@ void gemm_kernel(const Tensor& a, const Tensor& b, const Tensor& c, bool accumul
   });
 }
 
+void gemm_bias_kernel(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& c) {
+  if (c.numel() == 0) return;
+  // Seed c with the bias broadcast over rows, then accumulate the product onto it: the
+  // 16-bit path still rounds once (its f32 accumulator starts from the bias).
+  const int64_t M = c.sizes()[0], N = c.sizes()[1];
+  copy_kernel(c, detail::make_view(bias, {M, N}, {0, bias.strides()[0]}, bias.storage_offset()));
+  gemm_kernel(a, b, c, true);
+}
+
 }  // namespace ember::ops::cpu

@@ -2,4 +2,5 @@
 
 namespace ember::ops::cuda {
 void gemm_kernel(const Tensor&, const Tensor&, const Tensor&, bool) { EMBER_NO_CUDA("matmul"); }
+void gemm_bias_kernel(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { EMBER_NO_CUDA("linear"); }
 }  // namespace ember::ops::cuda

@@ -8,8 +8,14 @@
 // have any strides, stride 0 included (broadcast batch dims, expanded matrices); c has no
 // stride-0 dims and does not overlap a or b. M, N, K may be 0 (K == 0 gives zeros, or
 // leaves c untouched when accumulating).
-#define EMBER_LINALG_KERNELS \
-  void gemm_kernel(const Tensor& a, const Tensor& b, const Tensor& c, bool accumulate);
+//
+// gemm_bias_kernel: c = a @ b + bias, broadcast over rows (linear's forward). a [M, K],
+// b [K, N], c [M, N] are 2-D with the same guarantees as above; bias is 1-D [N], same dtype
+// and device, any stride. On CUDA the bias is added in the GEMM's epilogue (one pass over c);
+// the CPU seeds c with the bias and accumulates the product onto it.
+#define EMBER_LINALG_KERNELS                                                             \
+  void gemm_kernel(const Tensor& a, const Tensor& b, const Tensor& c, bool accumulate); \
+  void gemm_bias_kernel(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& c);
 
 EMBER_DECLARE_KERNELS(EMBER_LINALG_KERNELS)
 

@@ -3,7 +3,10 @@
 // [..., M, K] x [..., K, N] -> [..., M, N] problems with broadcast dims as stride 0.
 #include "ember/ops/linalg.h"
 
+#include <atomic>
 #include <optional>
+
+#include "ember/ops/matmul_config.h"
 
 #include "ember/ops/elementwise.h"
 #include "kernels/linalg.h"
@@ -149,9 +152,19 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor Wt = detail::make_view(weight, {in, out_features}, {weight.strides()[1], weight.strides()[0]},
                                 weight.storage_offset());
   Tensor Y2 = detail::make_view(out, {rows, out_features}, {out_features, 1}, 0);
-  if (bias.defined()) copy_(Y2, bias);  // the GEMM accumulates onto the broadcast bias
-  EMBER_DISPATCH_KERNEL(out.device(), gemm_kernel, *X2, Wt, Y2, bias.defined());
+  if (bias.defined()) EMBER_DISPATCH_KERNEL(out.device(), gemm_bias_kernel, *X2, Wt, bias, Y2);
+  else EMBER_DISPATCH_KERNEL(out.device(), gemm_kernel, *X2, Wt, Y2, false);
   return out;
 }
 
 }  // namespace ember::ops
+
+// ---- matmul settings (ember/ops/matmul_config.h) ----
+namespace ember::cuda {
+namespace {
+std::atomic<bool> g_allow_tf32{true};
+}  // namespace
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
+bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
+
+}  // namespace ember::cuda

@@ -14,8 +14,8 @@ namespace ember::ops {
 Tensor matmul(const Tensor& a, const Tensor& b);
 
 // x[..., in] @ weight[out, in]^T + bias[out] -> [..., out], as torch.nn.functional.linear.
-// One GEMM over the flattened leading dims; the bias (optional) seeds the output, which the
-// GEMM then accumulates into.
+// One GEMM over the flattened leading dims; the bias (optional) is added by the GEMM itself
+// (CUDA: cuBLASLt's bias epilogue; CPU: it seeds the output, which the GEMM accumulates into).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // The shape matmul(a, b) produces (throws the same errors matmul would).

@@ -1,0 +1,189 @@
+// cuBLASLt plumbing: handles, workspaces, the heuristic cache and one matmul call. See
+// cublaslt.cuh for the invariants (process-lifetime caches, one workspace per stream, what
+// the algorithm cache is keyed on).
+#include "cublaslt.cuh"
+
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include "ember/cuda/stream_handle.h"
+#include "ember/tensor.h"
+
+namespace ember::ops::cuda::lt {
+
+namespace {
+
+// What cuBLAS recommends for Hopper (32 MiB lets every split-K / stream-K kernel run).
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+std::mutex g_mutex;  // guards the three caches below
+
+std::map<int, cublasLtHandle_t>& handles() {
+  static auto* m = new std::map<int, cublasLtHandle_t>();
+  return *m;
+}
+
+// The workspace tensors own their memory through ember's caching allocator.
+std::map<std::pair<int, cudaStream_t>, Tensor>& workspaces() {
+  static auto* m = new std::map<std::pair<int, cudaStream_t>, Tensor>();
+  return *m;
+}
+
+using AlgoKey = std::array<int64_t, 27>;
+struct CachedAlgo {
+  bool found = false;
+  cublasLtMatmulAlgo_t algo{};
+};
+std::map<AlgoKey, CachedAlgo>& algos() {
+  static auto* m = new std::map<AlgoKey, CachedAlgo>();
+  return *m;
+}
+
+void* workspace(int device, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto& ws = workspaces();
+  auto it = ws.find({device, stream});
+  if (it == ws.end())
+    it = ws.emplace(std::make_pair(device, stream),
+                    ember::detail::make_tensor({int64_t(kWorkspaceBytes)}, DType::u8, Device::cuda(device)))
+             .first;
+  return it->second.data_ptr();
+}
+
+// The largest power of two (<= 256) dividing the address: what the heuristic may assume.
+int64_t alignment(const void* p) {
+  const auto u = reinterpret_cast<uintptr_t>(p);
+  if (u == 0) return 0;
+  int64_t a = 1;
+  while (a < 256 && u % uintptr_t(a * 2) == 0) a *= 2;
+  return a;
+}
+
+cudaDataType data_type(DType t) {
+  switch (t) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::f64: return CUDA_R_64F;
+    case DType::f16: return CUDA_R_16F;
+    case DType::bf16: return CUDA_R_16BF;
+    default: throw DTypeError(str("[matmul] cuBLASLt does not handle ", t));
+  }
+}
+
+// RAII owners of the per-call descriptors (cheap host objects; the expensive part, the
+// heuristic query, is cached).
+struct DescDeleter {
+  void operator()(cublasLtMatmulDesc_t d) const { cublasLtMatmulDescDestroy(d); }
+  void operator()(cublasLtMatrixLayout_t l) const { cublasLtMatrixLayoutDestroy(l); }
+  void operator()(cublasLtMatmulPreference_t p) const { cublasLtMatmulPreferenceDestroy(p); }
+};
+
+template <class T>
+void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& v) {
+  EMBER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)));
+}
+
+cublasLtMatrixLayout_t make_layout(cudaDataType type, const Layout& l, int32_t batch) {
+  cublasLtMatrixLayout_t out = nullptr;
+  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&out, type, uint64_t(l.rows), uint64_t(l.cols), l.ld));
+  if (batch > 1) {
+    EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                                        sizeof(batch)));
+    EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                        &l.batch_stride, sizeof(l.batch_stride)));
+  }
+  return out;
+}
+
+}  // namespace
+
+cublasLtHandle_t handle(int device) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto& hs = handles();
+  auto it = hs.find(device);
+  if (it != hs.end()) return it->second;
+  cublasLtHandle_t h = nullptr;
+  EMBER_CUBLAS_CHECK(cublasLtCreate(&h));
+  hs.emplace(device, h);
+  return h;
+}
+
+bool matmul(int device, const Gemm& g) {
+  const cudaDataType type = data_type(g.dtype);
+  const bool f64 = g.dtype == DType::f64;
+  const cublasComputeType_t compute = f64                                        ? CUBLAS_COMPUTE_64F
+                                      : g.dtype == DType::f32 && g.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                        : CUBLAS_COMPUTE_32F;
+  const cudaDataType scale_type = f64 ? CUDA_R_64F : CUDA_R_32F;
+  const cublasLtHandle_t h = handle(device);
+  const cudaStream_t stream = ember::cuda::detail::current_stream_handle(device);
+  void* ws = workspace(device, stream);
+
+  cublasLtMatmulDesc_t raw_desc = nullptr;
+  EMBER_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, compute, scale_type));
+  std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter> desc(raw_desc);
+  set_desc(raw_desc, CUBLASLT_MATMUL_DESC_TRANSA, g.op_a);
+  set_desc(raw_desc, CUBLASLT_MATMUL_DESC_TRANSB, g.op_b);
+  if (g.bias) {
+    set_desc(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+    set_desc(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+    set_desc(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, type);
+  }
+  std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> la(make_layout(type, g.a, g.batch));
+  std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> lb(make_layout(type, g.b, g.batch));
+  std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> lc(make_layout(type, g.c, g.batch));
+
+  const AlgoKey key{device,       int64_t(g.dtype), int64_t(compute), int64_t(g.op_a), int64_t(g.op_b),
+                    g.a.rows,     g.a.cols,         g.a.ld,           g.a.batch_stride, g.b.rows,
+                    g.b.cols,     g.b.ld,           g.b.batch_stride, g.c.rows,         g.c.cols,
+                    g.c.ld,       g.c.batch_stride, g.batch,          g.bias != nullptr, g.beta != 0,
+                    alignment(g.pa), alignment(g.pb), alignment(g.pc), alignment(g.bias),
+                    int64_t(kWorkspaceBytes), 0, 0};
+  CachedAlgo chosen;
+  bool cached = false;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = algos().find(key);
+    if (it != algos().end()) chosen = it->second, cached = true;
+  }
+  if (!cached) {
+    cublasLtMatmulPreference_t raw_pref = nullptr;
+    EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
+    std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, DescDeleter> pref(raw_pref);
+    const uint64_t ws_bytes = kWorkspaceBytes;
+    EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                            &ws_bytes, sizeof(ws_bytes)));
+    // Tell the heuristic the real alignments so it never picks a kernel that needs more.
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*> aligns[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.pa},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.pb},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, g.pc},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, g.pc}};
+    for (const auto& [attr, p] : aligns) {
+      const uint32_t bytes = uint32_t(alignment(p));
+      EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, attr, &bytes, sizeof(bytes)));
+    }
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(h, raw_desc, la.get(), lb.get(), lc.get(), lc.get(), raw_pref, 1, &result, &found);
+    // NOT_SUPPORTED: no heuristic for this configuration at all; the caller falls back.
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED) EMBER_CUBLAS_CHECK(st);
+    chosen.found = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+    if (chosen.found) chosen.algo = result.algo;
+    std::lock_guard<std::mutex> lock(g_mutex);
+    algos().emplace(key, chosen);
+  }
+  if (!chosen.found) return false;
+
+  const float alpha_f = float(g.alpha), beta_f = float(g.beta);
+  const void* alpha = f64 ? static_cast<const void*>(&g.alpha) : &alpha_f;
+  const void* beta = f64 ? static_cast<const void*>(&g.beta) : &beta_f;
+  EMBER_CUBLAS_CHECK(cublasLtMatmul(h, raw_desc, alpha, g.pa, la.get(), g.pb, lb.get(), beta, g.pc, lc.get(), g.pc,
+                                    lc.get(), &chosen.algo, ws, kWorkspaceBytes, stream));
+  return true;
+}
+
+}  // namespace ember::ops::cuda::lt

@@ -1,0 +1,76 @@
+// cuBLASLt plumbing shared by the CUDA GEMM users (ops/cuda/linalg.cu): one handle per
+// device, one workspace per (device, stream), cached heuristic algorithm choices, and the
+// status check. Callers describe a column-major problem (cuBLAS's native order); mapping
+// ember's row-major, strided tensors onto it is the caller's job.
+//
+// Invariants:
+// - Handles, workspaces and the algorithm cache live for the whole process and are never
+//   destroyed (they are reached from static pointers that are never freed): their owners
+//   (the CUDA context, ember's caching allocator) may already be gone when static
+//   destructors run.
+// - A workspace belongs to one stream: two streams never share one, because cuBLASLt
+//   kernels running concurrently would overwrite each other's scratch data. Work queued on
+//   one stream is ordered, so every thread may share that stream's workspace.
+// - The cached algorithm for a problem is keyed on everything the heuristic sees: types,
+//   compute type, transposes, layouts (sizes, leading dims, batch), the epilogue and the
+//   pointers' alignments (an algorithm chosen for 256-byte-aligned operands may fail on an
+//   offset view).
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_api.h>
+
+#include <cstdint>
+
+#include "ember/cuda/check.h"
+#include "ember/dtype.h"
+
+#define EMBER_CUBLAS_CHECK(expr)                                                             \
+  do {                                                                                       \
+    cublasStatus_t ember_st_ = (expr);                                                       \
+    if (ember_st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]] {                                   \
+      if (ember_st_ == CUBLAS_STATUS_ALLOC_FAILED)                                           \
+        throw ::ember::OutOfMemoryError(::ember::str("[cublas] ", #expr, " failed: ",        \
+                                                     cublasGetStatusString(ember_st_)));     \
+      throw ::ember::DeviceError(::ember::str("[cublas] ", #expr, " failed: ",               \
+                                              cublasGetStatusString(ember_st_), " at ",      \
+                                              __FILE__, ":", __LINE__));                     \
+    }                                                                                        \
+  } while (0)
+
+namespace ember::ops::cuda::lt {
+
+// A column-major matrix as cuBLASLt stores it (before its op is applied): rows x cols,
+// leading dim ld >= max(rows, 1), and the element offset between consecutive batch entries
+// (0 for an operand broadcast over the batch).
+struct Layout {
+  int64_t rows = 0, cols = 0, ld = 1, batch_stride = 0;
+};
+
+// D = alpha * op_a(A) @ op_b(B) + beta * C (+ bias[row] when bias is set), with C and D the
+// same matrix `c`, all of dtype `dtype` (f32, f64, f16 or bf16), batch strided entries.
+// f32 runs TF32 tensor-core math when `tf32`, exact f32 otherwise; f16/bf16 accumulate in
+// f32; f64 in f64. The bias (length c.rows, contiguous, of dtype `dtype`) uses
+// CUBLASLT_EPILOGUE_BIAS and requires beta == 0.
+struct Gemm {
+  DType dtype = DType::f32;
+  bool tf32 = true;
+  cublasOperation_t op_a = CUBLAS_OP_N, op_b = CUBLAS_OP_N;
+  Layout a, b, c;
+  int32_t batch = 1;
+  const void* pa = nullptr;
+  const void* pb = nullptr;
+  void* pc = nullptr;
+  const void* bias = nullptr;
+  double alpha = 1, beta = 0;
+};
+
+// Runs `g` on this thread's current stream of `device` (which must be the current device).
+// Returns false, having launched nothing, when cuBLASLt offers no algorithm for it; throws
+// on any other cuBLAS failure.
+bool matmul(int device, const Gemm& g);
+
+// The cuBLASLt handle of `device` (created on first use, with `device` current).
+cublasLtHandle_t handle(int device);
+
+}  // namespace ember::ops::cuda::lt
