@@ -22,6 +22,9 @@ class Allocator {
 // The allocator for a device: 64-byte aligned host memory for the CPU, the CUDA allocator
 // (core/cuda) for a GPU. Throws DeviceError for CUDA in a build or on a machine without it.
 Allocator* allocator_for(Device device);
+// Returns the large host blocks the CPU allocator keeps for reuse to the system (it keeps up
+// to 1 GiB of freed blocks so that a training step does not page-fault on fresh memory).
+void release_cached_host_memory();
 
 class Storage {
  public:
