@@ -1,10 +1,10 @@
-// CUDA build: device queries, a plain cudaMalloc allocator and byte copies. The caching
-// allocator, streams and graphs arrive with the CUDA backend issue; until then every
-// allocation goes straight to cudaMalloc and copies use the legacy default stream.
+// CUDA build: device queries, the device allocator (the caching allocator of
+// core/cuda/caching_allocator.cpp) and byte copies.
 #include <cstdio>
 #include <cstring>
 
 #include "ember/cuda.h"
+#include "ember/cuda/caching_allocator.h"
 #include "ember/cuda/check.h"
 
 namespace ember::cuda {
@@ -23,29 +23,6 @@ int visible_devices() {
   return count;
 }
 
-class CudaAllocator final : public Allocator {
- public:
-  explicit CudaAllocator(int device) : device_(device) {}
-  void* allocate(size_t nbytes) override {
-    if (nbytes == 0) return nullptr;
-    EMBER_CUDA_CHECK(cudaSetDevice(device_));
-    void* p = nullptr;
-    cudaError_t err = cudaMalloc(&p, nbytes);
-    if (err == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();
-      throw OutOfMemoryError(str("[allocate] CUDA out of memory on cuda:", device_,
-                                 " requesting ", uint64_t(nbytes), " bytes"));
-    }
-    EMBER_CUDA_CHECK(err);
-    return p;
-  }
-  void deallocate(void* ptr, size_t) override {
-    if (ptr) EMBER_CUDA_CHECK(cudaFree(ptr));
-  }
-
- private:
-  int device_;
-};
 }  // namespace
 
 bool is_available() { return visible_devices() > 0; }
@@ -84,10 +61,8 @@ void check_device(const char* op, Device device) {
 }
 
 Allocator* allocator(int index) {
-  check_device("allocate", Device::cuda(index));
-  static CudaAllocator* allocators[128] = {};
-  if (!allocators[index]) allocators[index] = new CudaAllocator(index);  // lives forever
-  return allocators[index];
+  // The caching allocator (core/cuda/caching_allocator.cpp); it checks the index.
+  return &caching_allocator(index);
 }
 
 // Copies run on the current stream of the CUDA side (the destination's for device-to-device),

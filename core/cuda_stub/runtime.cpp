@@ -2,6 +2,8 @@
 #include <cstring>
 
 #include "ember/cuda.h"
+#include "ember/cuda_graph.h"
+#include "ember/cuda_memory.h"
 #include "ember/error.h"
 
 namespace ember::cuda {
@@ -34,6 +36,40 @@ void* host_alloc(size_t) {
 void host_free(void*) {}
 bool is_pinned(const void*) { return false; }
 }  // namespace detail
+
+// Memory statistics: all zero, nothing to free, nothing to record (ember/cuda_memory.h).
+MemoryStats memory_stats(int) { return {}; }
+int64_t memory_allocated(int) { return 0; }
+int64_t max_memory_allocated(int) { return 0; }
+int64_t memory_reserved(int) { return 0; }
+int64_t max_memory_reserved(int) { return 0; }
+void reset_peak_memory_stats(int) {}
+void empty_cache() {}
+std::string memory_summary(int) {
+  return "ember memory summary: no CUDA (this build of ember has no CUDA support)\n";
+}
+void record_stream(const Tensor&, void*) {
+  detail::check_device("record_stream", Device::cuda(0));
+}
+namespace detail {
+Allocator* uncached_allocator(int device) {
+  check_device("allocate", Device::cuda(device));
+  return nullptr;
+}
+}  // namespace detail
+
+// Graphs (ember/cuda_graph.h): constructible and destructible, unusable.
+struct Graph::Impl {};
+Graph::Graph() = default;
+Graph::~Graph() = default;
+Graph::Graph(Graph&&) noexcept = default;
+Graph& Graph::operator=(Graph&&) noexcept = default;
+void Graph::capture_begin() { detail::check_device("cuda::Graph", Device::cuda(0)); }
+void Graph::capture_end() { detail::check_device("cuda::Graph", Device::cuda(0)); }
+void Graph::replay() { detail::check_device("cuda::Graph", Device::cuda(0)); }
+void Graph::reset() noexcept {}
+bool Graph::is_captured() const { return false; }
+
 }  // namespace ember::cuda
 
 // ---- streams, events, device properties and versions (ember/cuda_stream.h, ember/cuda.h):
