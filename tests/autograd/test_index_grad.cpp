@@ -146,3 +146,71 @@ TEST(IndexGrad, DoubleBackward) {
                         {x}));
   EXPECT_TRUE(gradcheck(second([](const Tensor& t) { return cat({t, t.tril()}, 0); }, {8, 3}), {x}));
 }
+
+// ---- every device: gradients through the CUDA kernels match the CPU's ----
+
+class IndexGradDevices : public ::testing::TestWithParam<Device> {};
+
+namespace {
+// The gradients of `fn` (summed against a fixed random cotangent) w.r.t. `inputs` on `dev`.
+TensorList grads_on(Device dev, const TensorList& inputs, const Tensor& cotangent,
+                    const std::function<Tensor(const TensorList&)>& fn) {
+  TensorList leaves;
+  for (const Tensor& t : inputs) leaves.push_back(t.to(dev).detach().requires_grad_());
+  fn(leaves).backward(cotangent.to(dev));
+  TensorList out;
+  for (const Tensor& l : leaves) out.push_back(l.grad().cpu());
+  return out;
+}
+}  // namespace
+
+TEST_P(IndexGradDevices, MatchCpuAndAreDeterministic) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  // f32 on purpose: the VJPs are index_add / scatter_add / masks, whose CUDA sums follow the
+  // CPU's order, so the gradients must be bit-identical to the CPU's and from run to run.
+  Tensor w = randn({50, 24});
+  Tensor ids = randint(0, 50, {16, 40});
+  ids.narrow(1, 0, 10).fill_(3);  // a hot row
+  Tensor x = randn({6, 7}), src = randn({6, 9});
+  Tensor sel = tensor<int64_t>({6, 0, 6, 6, 2});
+  Tensor gidx = randint(0, 7, {6, 9});
+  struct Case {
+    const char* name;
+    TensorList inputs;
+    Shape out;
+    std::function<Tensor(const TensorList&)> fn;
+  };
+  std::vector<Case> cases = {
+      {"embedding", {w}, {16, 40, 24}, [&](const TensorList& in) { return embedding(in[0], ids.to(in[0].device())); }},
+      {"embedding i32", {w}, {16, 40, 24},
+       [&](const TensorList& in) { return embedding(in[0], ids.to(DType::i32).to(in[0].device())); }},
+      {"index_select", {x}, {6, 5}, [&](const TensorList& in) { return index_select(in[0], 1, sel.to(in[0].device())); }},
+      {"gather", {x}, {6, 9}, [&](const TensorList& in) { return gather(in[0], 1, gidx.to(in[0].device())); }},
+      {"scatter_add", {x, src}, {6, 7},
+       [&](const TensorList& in) { return scatter_add(in[0], 1, gidx.to(in[0].device()), in[1]); }},
+      {"cat/tril", {x, src}, {6, 16},
+       [&](const TensorList& in) { return cat({in[0].tril(1), in[1].triu(-1)}, 1); }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Tensor cot = randn(c.out);
+    TensorList expect = grads_on(Device::cpu(), c.inputs, cot, c.fn);
+    TensorList got = grads_on(dev, c.inputs, cot, c.fn);
+    TensorList again = grads_on(dev, c.inputs, cot, c.fn);
+    for (size_t i = 0; i < expect.size(); ++i) {
+      EXPECT_TRUE(test::all_close(got[i], expect[i], 0, 0)) << "input " << i;
+      EXPECT_EQ(got[i].to_vector<float>(), again[i].to_vector<float>()) << "input " << i;
+    }
+  }
+  // Dropout: the same seed gives the same mask, so the same gradient, on both devices.
+  Tensor d = randn({37, 11});
+  Tensor cot = randn({37, 11});
+  auto drop = [](const TensorList& in) {
+    manual_seed(77);
+    return dropout(in[0], 0.3);
+  };
+  EXPECT_TRUE(test::all_close(grads_on(dev, {d}, cot, drop)[0], grads_on(Device::cpu(), {d}, cot, drop)[0], 0, 0));
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, IndexGradDevices, ::testing::ValuesIn(test::test_devices()), test::device_label);

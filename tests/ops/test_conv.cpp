@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ember/ops/conv.h"
+#include "ember/ops/matmul_config.h"
 #include "support/test_support.h"
 
 using namespace ember;
@@ -322,6 +323,7 @@ class ConvDevice : public ::testing::TestWithParam<Device> {};
 TEST_P(ConvDevice, MatchesCpu) {
   const Device dev = GetParam();
   EMBER_SKIP_IF_NO_DEVICE(dev);
+  cuda::AllowTF32Guard exact_f32(false);  // plain f32 on cuDNN: the CPU's tolerance
   for (const ConvCase& c : kConvCases) {
     SCOPED_TRACE(label(c));
     Tensor x = randn({c.N, c.C, c.H, c.W}), w = randn({c.O, c.C / c.groups, c.kh, c.kw});
@@ -334,6 +336,121 @@ TEST_P(ConvDevice, MatchesCpu) {
     }
     EXPECT_TRUE(test::all_close(y.cpu(), conv2d(x, w, b, c.stride, c.padding, c.dilation, c.groups), 1e-3, 1e-3));
   }
+}
+
+namespace {
+// |got - expect| <= k * (|expect| + max |expect|): a tolerance relative to the output's scale,
+// since a convolution's error grows with the magnitude of its sums, not of each element.
+::testing::AssertionResult close_at_scale(const Tensor& got, const Tensor& expect, double k) {
+  double scale = 0;
+  for (double v : expect.to_vector<double>()) scale = std::max(scale, std::abs(v));
+  return test::all_close(got.cpu(), expect, k, k * scale);
+}
+
+// Scale-relative tolerance per (dtype, TF32): f64 and exact f32 differ from the CPU only in
+// summation order; TF32 rounds inputs to 10 mantissa bits (~1e-3 per product); f16 and bf16
+// results are rounded once from f32 sums (1 ulp: 2^-10 and 2^-7 relative).
+double conv_tol(DType dt, bool tf32) {
+  switch (dt) {
+    case DType::f64: return 1e-10;
+    case DType::f32: return tf32 ? 5e-3 : 2e-5;
+    case DType::f16: return 3e-3;
+    default: return 2e-2;
+  }
+}
+}  // namespace
+
+// Forward, backward input, backward weight and backward bias on cuDNN against the CPU, in
+// every dtype, on the same (dtype-rounded) inputs; f32 with and without TF32.
+TEST_P(ConvDevice, EveryPassAndDTypeMatchesCpu) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  struct Mode {
+    DType dt;
+    bool tf32;
+  };
+  for (Mode m : {Mode{DType::f32, false}, Mode{DType::f32, true}, Mode{DType::f64, false}, Mode{DType::f16, false},
+                 Mode{DType::bf16, false}}) {
+    cuda::AllowTF32Guard tf32(m.tf32);
+    const double k = conv_tol(m.dt, m.tf32);
+    for (const ConvCase& c : kConvCases) {
+      SCOPED_TRACE(label(c) + " " + dtype_name(m.dt) + (m.tf32 ? " tf32" : ""));
+      DirectConv ref(c);
+      Tensor x = randn({c.N, c.C, c.H, c.W}).to(m.dt), w = randn({c.O, c.C / c.groups, c.kh, c.kw}).to(m.dt);
+      Tensor b = c.bias ? randn({c.O}).to(m.dt) : Tensor();
+      Tensor dy = randn(ref.y_shape()).to(m.dt);
+      const ops::Conv2dParams p = params(c);
+      Tensor y = ops::conv2d(x.to(dev), w.to(dev), c.bias ? b.to(dev) : b, p);
+      EXPECT_EQ(y.dtype(), m.dt);
+      EXPECT_TRUE(close_at_scale(y, ops::conv2d(x, w, b, p), k)) << "forward";
+      EXPECT_TRUE(close_at_scale(ops::conv2d_backward_input(dy.to(dev), w.to(dev), x.sizes(), p),
+                                 ops::conv2d_backward_input(dy, w, x.sizes(), p), k))
+          << "backward input";
+      EXPECT_TRUE(close_at_scale(ops::conv2d_backward_weight(dy.to(dev), x.to(dev), w.sizes(), p),
+                                 ops::conv2d_backward_weight(dy, x, w.sizes(), p), k))
+          << "backward weight";
+      EXPECT_TRUE(close_at_scale(ops::conv2d_backward_bias(dy.to(dev)), ops::conv2d_backward_bias(dy),
+                                 conv_tol(m.dt, false)))
+          << "backward bias";
+    }
+  }
+}
+
+TEST_P(ConvDevice, BackwardIsDeterministicAndLargeShapesWork) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  // A layer of a small CNN: two runs of every pass are bit-identical (deterministic
+  // algorithms, no atomics in the bias reduction).
+  const ops::Conv2dParams p{{1, 1}, {1, 1}, {1, 1}, 1};
+  Tensor x = randn({32, 16, 28, 28}).to(dev), w = randn({32, 16, 3, 3}).to(dev), dy = randn({32, 32, 28, 28}).to(dev);
+  for (int pass = 0; pass < 3; ++pass) {
+    auto run = [&] {
+      if (pass == 0) return ops::conv2d_backward_input(dy, w, x.sizes(), p);
+      if (pass == 1) return ops::conv2d_backward_weight(dy, x, w.sizes(), p);
+      return ops::conv2d_backward_bias(dy);
+    };
+    EXPECT_EQ(run().cpu().to_vector<float>(), run().cpu().to_vector<float>()) << "pass " << pass;
+  }
+  // Non-contiguous device inputs (the front makes them contiguous) agree with the CPU.
+  cuda::AllowTF32Guard exact_f32(false);
+  Tensor xc = randn({2, 6, 5, 3}), wc = randn({4, 3, 3, 3});
+  EXPECT_TRUE(close_at_scale(conv2d(xc.to(dev).permute({0, 3, 1, 2}), wc.to(dev).transpose(2, 3), Tensor(), {1, 1}, {1, 1}),
+                             conv2d(xc.permute({0, 3, 1, 2}), wc.transpose(2, 3), Tensor(), {1, 1}, {1, 1}), 2e-5));
+}
+
+// max_pool2d is exact on every device: same maxima, same indices (first maximum, NaN wins),
+// and a backward that adds in the CPU's order (bit-identical, deterministic).
+TEST_P(ConvDevice, MaxPoolMatchesCpuExactly) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    for (const PoolCase& c : kPoolCases) {
+      SCOPED_TRACE(str("x[", c.N, ",", c.C, ",", c.H, ",", c.W, "] k", c.kernel[0], c.kernel[1], " s",
+                       c.stride[0], c.stride[1], " p", c.padding[0], c.padding[1], " ", dt));
+      const ops::Pool2dParams p{c.kernel, c.stride, c.padding};
+      // Few distinct values: many ties inside windows; a few NaNs.
+      Tensor x = randint(-3, 4, {c.N, c.C, c.H, c.W}).to(dt);
+      if (c.H * c.W > 20) x.view({-1}).narrow(0, 7, 1).fill_(NAN);
+      auto [y, idx] = ops::max_pool2d(x, p);
+      auto [yd, idxd] = ops::max_pool2d(x.to(dev), p);
+      EXPECT_TRUE(test::all_close(yd.cpu(), y, 0, 0));
+      EXPECT_EQ(idxd.cpu().to_vector<int64_t>(), idx.to_vector<int64_t>());
+      Tensor g = randn(y.sizes()).to(dt);
+      Tensor gx = ops::max_pool2d_backward(g, idx, x.sizes());
+      Tensor gxd = ops::max_pool2d_backward(g.to(dev), idxd, x.sizes());
+      EXPECT_TRUE(test::all_close(gxd.cpu(), gx, 0, 0));
+      EXPECT_EQ(gxd.cpu().to_vector<double>(), ops::max_pool2d_backward(g.to(dev), idxd, x.sizes()).cpu().to_vector<double>());
+      Tensor h = randn(x.sizes()).to(dt);
+      EXPECT_TRUE(test::all_close(ops::max_pool2d_gather(h.to(dev), idxd).cpu(), ops::max_pool2d_gather(h, idx), 0, 0));
+    }
+  }
+  // Many planes with overlapping windows (kernel 3, stride 1): long chains of repeated indices.
+  Tensor x = randn({8, 64, 17, 19});
+  const ops::Pool2dParams p{{3, 3}, {1, 1}, {1, 1}};
+  auto [y, idx] = ops::max_pool2d(x, p);
+  Tensor g = randn(y.sizes());
+  EXPECT_TRUE(test::all_close(ops::max_pool2d_backward(g.to(dev), idx.to(dev), x.sizes()).cpu(),
+                              ops::max_pool2d_backward(g, idx, x.sizes()), 0, 0));
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, ConvDevice, ::testing::ValuesIn(test::test_devices()), test::device_label);

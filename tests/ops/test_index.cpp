@@ -598,5 +598,210 @@ TEST_P(IndexDevices, MatchesCpu) {
   EXPECT_TRUE(test::all_close(d_dev.cpu(), d_cpu, 0, 0));
 }
 
+// The CUDA driver against the CPU one, op by op, on fresh random inputs in every dtype the
+// op takes, with odd shapes and non-contiguous operands. Ops that only move elements must
+// match exactly; so must the accumulating ops in f32/f64 (the CUDA order is the CPU's).
+namespace {
+const std::vector<DType> kAllDTypes = {DType::f32, DType::f64, DType::f16, DType::bf16,
+                                       DType::i64, DType::i32, DType::u8,  DType::b8};
+
+Tensor random_of(const Shape& shape, DType dtype) {
+  if (dtype == DType::b8) return randint(0, 2, shape).to(dtype);
+  if (is_integral(dtype)) return randint(0, 200, shape).to(dtype);
+  return randn(shape).to(dtype);
+}
+
+// Runs fn on the CPU and on dev, expecting identical values (CUDA tests only).
+::testing::AssertionResult same_on(Device dev, const std::function<Tensor(Device)>& fn) {
+  Tensor expect = fn(Device::cpu());
+  Tensor got = fn(dev);
+  if (got.device() != dev) return ::testing::AssertionFailure() << "the result is not on the device";
+  return test::all_close(got.cpu(), expect, 0, 0);
+}
+}  // namespace
+
+TEST_P(IndexDevices, CatEveryDTypeLayoutAndManyPieces) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  for (DType dt : kAllDTypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor a = random_of({3, 5, 7}, dt), b = random_of({3, 2, 7}, dt), c = random_of({7, 5, 3}, dt);
+    for (int64_t d = 0; d < 3; ++d) {
+      Shape sb = a.sizes();
+      sb[size_t(d)] = 2;
+      Tensor bb = random_of(sb, dt);
+      EXPECT_TRUE(same_on(dev, [&](Device v) { return cat({a.to(v), bb.to(v), a.to(v)}, d); })) << "dim " << d;
+    }
+    // A non-contiguous piece (strided copy path) between contiguous ones (table path).
+    EXPECT_TRUE(same_on(dev, [&](Device v) { return cat({a.to(v), c.to(v).permute({2, 1, 0}).narrow(1, 0, 3), b.to(v)}, 1); }));
+    EXPECT_TRUE(same_on(dev, [&](Device v) { return cat({c.to(v).permute({2, 1, 0}), a.to(v)}, 2); }));
+  }
+  // Mixed dtypes promote and convert; legacy [0] inputs are skipped.
+  Tensor h = random_of({2, 3}, DType::f16), i = random_of({2, 1}, DType::i32), f = random_of({2, 5}, DType::f32);
+  EXPECT_TRUE(same_on(dev, [&](Device v) { return cat({h.to(v), i.to(v), empty({0}, v), f.to(v)}, 1); }));
+  // More pieces than one launch table holds (64), of odd byte widths (unit sizes 1..16).
+  TensorList many;
+  for (int k = 0; k < 150; ++k) many.push_back(random_of({5, 1 + k % 9, 3}, DType::f16));
+  EXPECT_TRUE(same_on(dev, [&](Device v) {
+    TensorList m;
+    for (const Tensor& t : many) m.push_back(t.to(v));
+    return cat(m, 1);
+  }));
+  // A large copy (many blocks, grid-stride loops).
+  Tensor big = randn({3, 100000});
+  EXPECT_TRUE(same_on(dev, [&](Device v) { return cat({big.to(v), big.to(v).narrow(1, 1, 77777)}, 1); }));
+}
+
+TEST_P(IndexDevices, IndexSelectAndEmbeddingEveryDType) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  for (DType dt : kAllDTypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = random_of({4, 7, 5}, dt);
+    for (DType it : {DType::i64, DType::i32}) {
+      Tensor idx = randint(0, 7, {11}).to(it);
+      for (int64_t d = 0; d < 3; ++d) {
+        Tensor id = randint(0, x.sizes()[size_t(d)], {9}).to(it);
+        EXPECT_TRUE(same_on(dev, [&](Device v) { return index_select(x.to(v), d, id.to(v)); })) << "dim " << d;
+      }
+      // Non-contiguous source and index, 0-d index.
+      EXPECT_TRUE(same_on(dev, [&](Device v) { return index_select(x.to(v).transpose(0, 2), 1, idx.to(v).slice(0, 0, 11, 2)); }));
+      EXPECT_TRUE(same_on(dev, [&](Device v) { return index_select(x.to(v), 1, scalar_tensor(6, it).to(v)); }));
+      EXPECT_TRUE(same_on(dev, [&](Device v) { return embedding(x.to(v).select(0, 1), idx.to(v).view({1, 11})); }));
+    }
+  }
+  // Embedding rows of a typical width: 16-byte units.
+  Tensor w = randn({1000, 96}).to(DType::bf16);
+  Tensor tok = randint(0, 1000, {8, 33});
+  EXPECT_TRUE(same_on(dev, [&](Device v) { return embedding(w.to(v), tok.to(v)); }));
+}
+
+TEST_P(IndexDevices, IndexAddAndEmbeddingBackwardAreDeterministic) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  // Heavily repeated indices: f32/f64 add in the CPU's order, so the sums are bit-identical;
+  // f16/bf16 sum in f32 and round once on CUDA (the CPU rounds after every add).
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i64, DType::i32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    for (int64_t d = 0; d < 3; ++d) {
+      Shape ss{3, 4, 5};
+      ss[size_t(d)] = 40;
+      Tensor src = random_of(ss, dt);
+      Tensor idx = randint(0, 6, {40});
+      Shape os{3, 4, 5};
+      os[size_t(d)] = 6;
+      Tensor expect = ops::index_add_into_zeros(src, d, idx, os);
+      Tensor got = ops::index_add_into_zeros(src.to(dev), d, idx.to(dev), os);
+      const bool exact = dt != DType::f16 && dt != DType::bf16;
+      const double tol = dt == DType::f16 ? 1e-2 : 6e-2;  // ~40/6 adds of N(0, 1) per element
+      EXPECT_TRUE(test::all_close(got.cpu(), expect, exact ? 0 : tol, exact ? 0 : tol)) << "dim " << d;
+      Tensor again = ops::index_add_into_zeros(src.to(dev), d, idx.to(dev), os);
+      EXPECT_EQ(got.cpu().to_vector<double>(), again.cpu().to_vector<double>()) << "dim " << d;
+    }
+  }
+  // Embedding backward at a realistic size, i32 indices with a hot row: twice bit-identical
+  // and equal to the CPU's.
+  Tensor tok = randint(0, 500, {64, 65});
+  tok.narrow(1, 0, 20).fill_(7);
+  Tensor g = randn({64, 65, 128});
+  for (DType it : {DType::i64, DType::i32}) {
+    Tensor expect = ops::embedding_backward(g, tok.to(it), 500);
+    Tensor r1 = ops::embedding_backward(g.to(dev), tok.to(it).to(dev), 500);
+    Tensor r2 = ops::embedding_backward(g.to(dev), tok.to(it).to(dev), 500);
+    EXPECT_EQ(r1.cpu().to_vector<float>(), r2.cpu().to_vector<float>());
+    EXPECT_TRUE(test::all_close(r1.cpu(), expect, 0, 0));
+  }
+}
+
+TEST_P(IndexDevices, GatherAndScatterAddEveryDType) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  for (DType dt : kAllDTypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = random_of({5, 6, 7}, dt);
+    for (int64_t d = 0; d < 3; ++d) {
+      Shape is{4, 5, 6};
+      Tensor idx = randint(0, x.sizes()[size_t(d)], is);
+      EXPECT_TRUE(same_on(dev, [&](Device v) { return gather(x.to(v), d, idx.to(v)); })) << "dim " << d;
+      // Non-contiguous index (a transposed view) and i32.
+      Tensor it = randint(0, x.sizes()[size_t(d)], {6, 5, 5}).to(DType::i32);
+      EXPECT_TRUE(same_on(dev, [&](Device v) { return gather(x.to(v), d, it.to(v).permute({2, 1, 0})); })) << "dim " << d;
+      if (dt == DType::b8) continue;
+      // scatter_add adds in the CPU's order with the CPU's rounding: exact in every dtype.
+      Tensor src = random_of({4, 6, 6}, dt).transpose(1, 2);  // non-contiguous, [4, 6, 6]
+      Tensor sidx = randint(0, x.sizes()[size_t(d)], {4, 5, 6});
+      EXPECT_TRUE(same_on(dev, [&](Device v) { return scatter_add(x.to(v), d, sidx.to(v), src.to(v)); })) << "dim " << d;
+    }
+  }
+  // Long lines into a short dim: many repeats per element.
+  Tensor x = randn({3, 4}), src = randn({3, 5000});
+  Tensor idx = randint(0, 4, {3, 5000});
+  EXPECT_TRUE(same_on(dev, [&](Device v) { return scatter_add(x.to(v), 1, idx.to(v), src.to(v)); }));
+}
+
+TEST_P(IndexDevices, TrilTriuEveryDType) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  for (DType dt : kAllDTypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = random_of({3, 5, 7}, dt);
+    for (int64_t k : {-9, -2, 0, 1, 3, 9}) {
+      EXPECT_TRUE(same_on(dev, [&](Device v) { return tril(x.to(v), k); })) << k;
+      EXPECT_TRUE(same_on(dev, [&](Device v) { return triu(x.to(v), k); })) << k;
+      EXPECT_TRUE(same_on(dev, [&](Device v) { return triu(x.to(v).permute({2, 0, 1}), k); })) << k;
+    }
+  }
+}
+
+TEST_P(IndexDevices, DropoutMaskIsBitIdenticalToTheCpu) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  // Sizes around the 4-per-counter packing, a large one, several seeds, offsets and p.
+  for (int64_t n : {1, 3, 4, 5, 7, 1001, (1 << 20) + 3}) {
+    for (uint64_t seed : {0ull, 42ull, 0xdeadbeefcafeull}) {
+      for (double p : {0.1, 0.5, 0.9}) {
+        const Generator::State s{seed, seed * 7 + uint64_t(n)};
+        Tensor cpu = ops::dropout_mask({n}, Device::cpu(), s, p);
+        Tensor got = ops::dropout_mask({n}, dev, s, p);
+        ASSERT_EQ(got.cpu().to_vector<uint8_t>(), cpu.to_vector<uint8_t>()) << "n " << n << " seed " << seed << " p " << p;
+      }
+    }
+  }
+  // A multi-dim mask follows row-major positions.
+  const Generator::State s{5, 3};
+  EXPECT_EQ(ops::dropout_mask({3, 7, 5}, dev, s, 0.3).cpu().to_vector<uint8_t>(),
+            ops::dropout_mask({3, 7, 5}, Device::cpu(), s, 0.3).to_vector<uint8_t>());
+  // masked_scale: every floating dtype, non-contiguous x, exact.
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    Tensor x = randn({6, 9}).to(dt).t();
+    Tensor m = ops::dropout_mask({9, 6}, Device::cpu(), s, 0.5);
+    EXPECT_TRUE(same_on(dev, [&](Device v) { return ops::masked_scale(x.to(v), m.to(v), 1.0 / 0.7); })) << dtype_name(dt);
+  }
+  // The user-facing dropout: same seed, same result on both devices.
+  Tensor x = randn({33, 17});
+  manual_seed(21);
+  Tensor expect = dropout(x, 0.25);
+  manual_seed(21);
+  EXPECT_TRUE(test::all_close(dropout(x.to(dev), 0.25).cpu(), expect, 0, 0));
+}
+
+TEST_P(IndexDevices, OutOfRangeIndicesThrowOnEveryDevice) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  Tensor x = randn({4, 5}).to(dev);
+  Tensor bad = tensor<int64_t>({1, 5, 2}).to(dev);
+  expect_error<IndexError>([&] { index_select(x, 1, bad); }, {"[index_select]", "index 5", "size 5"});
+  expect_error<IndexError>([&] { index_select(x, 0, tensor<int32_t>({-1}).to(dev)); }, {"[index_select]", "index -1"});
+  expect_error<IndexError>([&] { embedding(x, bad); }, {"[embedding]", "index 5", "size 4"});
+  expect_error<IndexError>([&] { ops::embedding_backward(randn({3, 5}).to(dev), bad, 4); }, {"[embedding]", "index 5"});
+  expect_error<IndexError>([&] { ops::index_add_into_zeros(randn({4, 3}).to(dev), 1, bad, {4, 5}); },
+                           {"[index_add]", "index 5", "size 5"});
+  expect_error<IndexError>([&] { gather(x, 1, tensor<int64_t>({0, 9}, {1, 2}).to(dev)); }, {"[gather]", "index 9", "size 5"});
+  expect_error<IndexError>([&] { scatter_add(x, 0, tensor<int64_t>({0, 4}, {1, 2}).to(dev), randn({1, 2}).to(dev)); },
+                           {"[scatter_add]", "index 4", "size 4"});
+  // The device is still usable afterwards.
+  EXPECT_TRUE(test::all_close(index_select(x, 1, tensor<int64_t>({4}).to(dev)).cpu(), x.cpu().narrow(1, 4, 1), 0, 0));
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, IndexDevices, ::testing::ValuesIn(test::test_devices()),
                          test::device_label);
