@@ -1,8 +1,11 @@
 // matmul and linear against an independent reference: a naive triple loop in f64 over host
 // copies, with torch.matmul's promotion and batch-broadcast rules spelled out separately.
+#include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "ember/ops/matmul_config.h"
 #include "support/test_support.h"
 
 using namespace ember;
@@ -290,6 +293,7 @@ class MatmulDevice : public ::testing::TestWithParam<Device> {};
 TEST_P(MatmulDevice, MatchesCpu) {
   const Device dev = GetParam();
   EMBER_SKIP_IF_NO_DEVICE(dev);
+  cuda::AllowTF32Guard exact_f32(false);  // the f32 tolerance below is exact f32's
   for (DType dt : {DType::f32, DType::bf16}) {
     for (auto& [sa, sb] : kShapeCases) {
       SCOPED_TRACE(label(sa, sb) + " " + dtype_name(dt));
@@ -307,3 +311,224 @@ TEST_P(MatmulDevice, MatchesCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, MatmulDevice, ::testing::ValuesIn(test::test_devices()), test::device_label);
+
+// ---- CUDA (cuBLASLt) against the f64 reference, every dtype and layout ----
+//
+// Tolerances on top of tol_for (which covers the final rounding of each dtype):
+// - f32 with TF32 on: each input is rounded to a 10-bit mantissa (relative error <= 2^-11),
+//   so a product is off by ~1e-3 relative and a sum of K of them by ~5e-4 * sqrt(K) in
+//   absolute terms (N(0, 1) inputs): rtol 1e-2, atol 5e-3 * sqrt(K) (about 10 sigma).
+// - f32 with TF32 off and f64: exact arithmetic, only the summation order differs: 4x tol_for.
+// - f16 / bf16 (f32 accumulation, one final rounding): 2x tol_for, i.e. rtol = atol = 4e-3
+//   for f16 and 2e-2 for bf16.
+
+namespace {
+
+Tol device_tol(DType dt, int64_t K, bool tf32) {
+  const Tol t = tol_for(dt, K);
+  if (dt == DType::f32 && tf32) return {1e-2, 5e-3 * std::sqrt(double(std::max<int64_t>(K, 1)))};
+  if (dt == DType::f16 || dt == DType::bf16) return {2 * t.rtol, 2 * t.atol};
+  return {4 * t.rtol, 4 * t.atol};
+}
+
+// An operand built on the device the same way as on the CPU: a fresh base tensor, moved,
+// then viewed (so views stay views on the device instead of being copied contiguous).
+struct ViewCase {
+  const char* name;
+  Dims a_base;
+  std::function<Tensor(const Tensor&)> a_view;
+  Dims b_base;
+  std::function<Tensor(const Tensor&)> b_view;
+};
+
+Tensor same(const Tensor& t) { return t; }
+
+const std::vector<ViewCase>& view_cases() {
+  static const std::vector<ViewCase> cases = {
+      {"a^T", {70, 40}, [](const Tensor& t) { return t.t(); }, {70, 50}, same},
+      {"b^T", {40, 70}, same, {50, 70}, [](const Tensor& t) { return t.t(); }},
+      {"a^T b^T", {70, 40}, [](const Tensor& t) { return t.t(); }, {50, 70}, [](const Tensor& t) { return t.t(); }},
+      {"sliced cols (ld 2)", {6, 16}, [](const Tensor& t) { return t.slice(1, 1, 15, 2); }, {7, 5}, same},
+      {"sliced rows (ld 10)", {4, 7}, same, {14, 5}, [](const Tensor& t) { return t.slice(0, 0, 14, 2); }},
+      {"column block (offset view)", {33, 20}, [](const Tensor& t) { return t.slice(1, 3, 20, 1); }, {17, 9}, same},
+      {"permuted batch (loop)", {4, 3, 9, 7}, [](const Tensor& t) { return t.permute({1, 0, 2, 3}); },
+       {3, 4, 7, 5}, same},
+      {"transposed batch", {3, 4, 7}, same, {3, 5, 7}, [](const Tensor& t) { return t.transpose(1, 2); }},
+      {"expanded batch", {1, 4, 7}, [](const Tensor& t) { return t.expand({3, 4, 7}); }, {3, 7, 5}, same},
+      {"expanded rows (packed)", {4, 7}, same, {1, 5}, [](const Tensor& t) { return t.expand({7, 5}); }},
+      {"strided vector", {4, 7}, same, {14}, [](const Tensor& t) { return t.slice(0, 0, 14, 2); }},
+      {"unfoldable x matrix", {2, 4, 3, 7}, [](const Tensor& t) { return t.transpose(1, 2); }, {7, 5}, same},
+  };
+  return cases;
+}
+
+// Shapes beyond kShapeCases: large enough for tensor-core tiles, tall/skinny, odd sizes
+// (unaligned leading dims for 16-bit types), batched with broadcast on both sides.
+const std::vector<std::pair<Dims, Dims>> kDeviceShapeCases = {
+    {{128, 256}, {256, 64}},          // aligned square-ish
+    {{1000, 16}, {16, 8}},            // tall and skinny
+    {{3, 300}, {300, 2}},             // wide inner dim, tiny output
+    {{1, 513}, {513, 1}},             // dot as a GEMM
+    {{37, 41}, {41, 43}},             // odd leading dims
+    {{5, 1, 33, 17}, {1, 6, 17, 19}}, // broadcast batch on both sides
+    {{8, 64, 32}, {32, 48}},          // batched x matrix (folded)
+    {{64, 32}, {8, 32, 48}},          // matrix x batched (stride-0 a)
+};
+
+class MatmulCuda : public ::testing::TestWithParam<Device> {};
+
+}  // namespace
+
+// Every dtype, shape and layout on `dev` against the f64 reference computed from the same
+// (dtype-rounded) inputs; on the CPU this runs the same body as a control.
+TEST_P(MatmulCuda, DTypesShapesAgainstReference) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  std::vector<std::pair<Dims, Dims>> shapes = kShapeCases;
+  shapes.insert(shapes.end(), kDeviceShapeCases.begin(), kDeviceShapeCases.end());
+  struct Mode {
+    DType dt;
+    bool tf32;
+  };
+  for (Mode m : {Mode{DType::f32, false}, Mode{DType::f32, true}, Mode{DType::f64, false}, Mode{DType::f16, false},
+                 Mode{DType::bf16, false}}) {
+    cuda::AllowTF32Guard tf32(m.tf32);
+    for (auto& [sa, sb] : shapes) {
+      SCOPED_TRACE(label(sa, sb) + " " + dtype_name(m.dt) + (m.tf32 ? " tf32" : ""));
+      Tensor a = rnd(sa).to(m.dt), b = rnd(sb).to(m.dt);
+      Tensor out = matmul(a.to(dev), b.to(dev));
+      ASSERT_TRUE(out.device() == dev);
+      ASSERT_TRUE(out.dtype() == m.dt);
+      const Tol t = dev.is_cuda() ? device_tol(m.dt, a.size(-1), m.tf32) : tol_for(m.dt, a.size(-1));
+      EXPECT_TRUE(test::all_close(out.cpu(), ref_matmul(a, b), t.rtol, t.atol));
+    }
+  }
+}
+
+TEST_P(MatmulCuda, ViewsAreReadInPlace) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  cuda::AllowTF32Guard exact_f32(false);
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    for (const ViewCase& c : view_cases()) {
+      SCOPED_TRACE(std::string(c.name) + " " + dtype_name(dt));
+      Tensor a_base = rnd(c.a_base).to(dt), b_base = rnd(c.b_base).to(dt);
+      Tensor a = c.a_view(a_base), b = c.b_view(b_base);
+      Tensor out = matmul(c.a_view(a_base.to(dev)), c.b_view(b_base.to(dev)));
+      const Tol t = dev.is_cuda() ? device_tol(dt, a.size(-1), false) : tol_for(dt, a.size(-1));
+      EXPECT_TRUE(test::all_close(out.cpu(), ref_matmul(a, b), t.rtol, t.atol));
+      // The CUDA result equals the CPU's within the same tolerance.
+      EXPECT_TRUE(test::all_close(out.cpu(), matmul(a, b), t.rtol, t.atol));
+    }
+  }
+}
+
+TEST_P(MatmulCuda, ZeroSizesAndEmptyInnerDim) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    EXPECT_EQ(matmul(rnd({0, 3}).to(dt).to(dev), rnd({3, 4}).to(dt).to(dev)).sizes(), Shape({0, 4}));
+    Tensor z = matmul(rnd({2, 0}).to(dt).to(dev), rnd({0, 3}).to(dt).to(dev));  // K == 0: zeros
+    EXPECT_TRUE(test::all_close(z.cpu(), zeros({2, 3}, dt), 0, 0));
+    // linear with K == 0 is the broadcast bias.
+    Tensor bias = rnd({3}).to(dt);
+    Tensor y = linear(rnd({2, 0}).to(dt).to(dev), rnd({3, 0}).to(dt).to(dev), bias.to(dev));
+    EXPECT_TRUE(test::all_close(y.cpu(), bias.expand({2, 3}), 0, 0));
+  }
+}
+
+TEST_P(MatmulCuda, IntegerDTypesSayNotImplementedOnCuda) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  if (!dev.is_cuda()) GTEST_SKIP() << "a CUDA-only message";
+  Tensor a = randint(-5, 6, {3, 4}, DType::i32).to(dev), b = randint(-5, 6, {4, 2}, DType::i32).to(dev);
+  EXPECT_NE(test::message_of<NotImplementedError>([&] { matmul(a, b); }).find("[matmul]"), std::string::npos);
+}
+
+// linear's forward (bias through the cuBLASLt epilogue on CUDA) against the reference.
+TEST_P(MatmulCuda, LinearWithBiasEpilogue) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  cuda::AllowTF32Guard exact_f32(false);
+  struct XCase {
+    const char* name;
+    Dims base;
+    std::function<Tensor(const Tensor&)> view;
+  };
+  const std::vector<XCase> xs = {
+      {"1-D", {37}, same},
+      {"2-D", {64, 37}, same},
+      {"3-D (folded)", {4, 16, 37}, same},
+      {"3-D transposed (copied)", {16, 4, 37}, [](const Tensor& t) { return t.transpose(0, 1); }},
+      {"x^T", {37, 9}, [](const Tensor& t) { return t.t(); }},
+  };
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    const Tol t = dev.is_cuda() ? device_tol(dt, 37, false) : tol_for(dt, 37);
+    Tensor w = rnd({29, 37}).to(dt), b = rnd({29}).to(dt);
+    Tensor b_strided_base = rnd({58}).to(dt);  // a stride-2 bias (copied before the epilogue)
+    Tensor b_strided = b_strided_base.slice(0, 0, 58, 2);
+    Tensor w_t_base = rnd({37, 29}).to(dt);    // a column-major weight, read in place
+    for (const XCase& c : xs) {
+      SCOPED_TRACE(std::string(c.name) + " " + dtype_name(dt));
+      Tensor x_base = rnd(c.base).to(dt);
+      Tensor x = c.view(x_base), xd = c.view(x_base.to(dev));
+      EXPECT_TRUE(test::all_close(linear(xd, w.to(dev), b.to(dev)).cpu(), ref_linear(x, w, b), t.rtol, t.atol));
+      EXPECT_TRUE(test::all_close(linear(xd, w.to(dev)).cpu(), ref_linear(x, w, Tensor()), t.rtol, t.atol));
+      EXPECT_TRUE(test::all_close(linear(xd, w.to(dev), b_strided_base.to(dev).slice(0, 0, 58, 2)).cpu(),
+                                  ref_linear(x, w, b_strided), t.rtol, t.atol));
+      EXPECT_TRUE(test::all_close(linear(xd, w_t_base.to(dev).t(), b.to(dev)).cpu(), ref_linear(x, w_t_base.t(), b),
+                                  t.rtol, t.atol));
+    }
+  }
+}
+
+// The TF32 switch: a process-wide flag with a scoped guard; on CUDA it changes f32 results
+// (TF32 rounds the inputs), on the CPU it changes nothing.
+TEST_P(MatmulCuda, AllowTF32Switch) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  const bool initial = cuda::allow_tf32();
+  {
+    cuda::AllowTF32Guard off(false);
+    EXPECT_FALSE(cuda::allow_tf32());
+    {
+      cuda::AllowTF32Guard on(true);
+      EXPECT_TRUE(cuda::allow_tf32());
+    }
+    EXPECT_FALSE(cuda::allow_tf32());
+  }
+  EXPECT_EQ(cuda::allow_tf32(), initial);
+
+  // Inputs with full 24-bit mantissas, so TF32's rounding shows in every product.
+  const int64_t n = 512;
+  Tensor a = rnd({n, n}).to(DType::f32), b = rnd({n, n}).to(DType::f32);
+  const Tensor ref = ref_matmul(a, b);
+  Tensor exact, fast;
+  {
+    cuda::AllowTF32Guard g(false);
+    exact = matmul(a.to(dev), b.to(dev)).cpu();
+  }
+  {
+    cuda::AllowTF32Guard g(true);
+    fast = matmul(a.to(dev), b.to(dev)).cpu();
+  }
+  const Tol t_exact = dev.is_cuda() ? device_tol(DType::f32, n, false) : tol_for(DType::f32, n);
+  EXPECT_TRUE(test::all_close(exact, ref, t_exact.rtol, t_exact.atol));
+  const Tol t_fast = device_tol(DType::f32, n, true);
+  EXPECT_TRUE(test::all_close(fast, ref, t_fast.rtol, t_fast.atol));
+  const std::vector<double> ev = exact.to_vector<double>(), fv = fast.to_vector<double>(),
+                            rv = ref.to_vector<double>();
+  double err_exact = 0, err_fast = 0;
+  for (size_t i = 0; i < rv.size(); ++i) {
+    err_exact = std::max(err_exact, std::abs(ev[i] - rv[i]));
+    err_fast = std::max(err_fast, std::abs(fv[i] - rv[i]));
+  }
+  if (dev.is_cuda()) {
+    // TF32's error is ~2^13 times f32's per product: far more than summation order alone.
+    EXPECT_GT(err_fast, 8 * err_exact) << "TF32 on gave exact-f32 accuracy: is the switch ignored?";
+  } else {
+    EXPECT_EQ(ev, fv) << "the TF32 switch must not change CPU results";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, MatmulCuda, ::testing::ValuesIn(test::test_devices()), test::device_label);
