@@ -64,10 +64,11 @@ cudnnHandle_t cudnn_handle(Device device) {
     }
   };
   thread_local Handles handles;
+  cudaStream_t stream = stream_for(device);  // also makes the device current, for cudnnCreate
   const size_t d = size_t(device.index);
   if (handles.h.size() <= d) handles.h.resize(d + 1, nullptr);
   if (!handles.h[d]) EMBER_CUDNN_CHECK(cudnnCreate(&handles.h[d]));
-  EMBER_CUDNN_CHECK(cudnnSetStream(handles.h[d], stream_for(device)));
+  EMBER_CUDNN_CHECK(cudnnSetStream(handles.h[d], stream));
   return handles.h[d];
 }
 
