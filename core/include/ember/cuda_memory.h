@@ -57,7 +57,7 @@ std::string memory_summary(int device = -1);
 // not reused before that work has finished. Needed whenever a tensor allocated on one
 // stream is read or written on another. A tensor whose memory did not come from the caching
 // allocator (from_blob-style storage) is ignored. Throws DeviceError for a CPU tensor.
-// TODO(streams): an overload taking cuda::Stream once ember/cuda_stream.h exists.
+// With a cuda::Stream s (ember/cuda_stream.h): record_stream(t, s.handle()).
 void record_stream(const Tensor& tensor, void* stream);
 
 namespace detail {
