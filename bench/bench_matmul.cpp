@@ -1,16 +1,28 @@
-// CPU matmul throughput: ember::matmul against Eigen called directly, f32, square sizes, in
-// the same process with the same threads (Eigen's OpenMP threads: OMP_NUM_THREADS).
-// Each size is warmed up, then timed as the median of several samples; ember and Eigen
-// samples alternate so that a noisy neighbour slows both alike. ember's time includes what
-// a user pays per call (output allocation, dispatch); Eigen's writes into a preallocated
-// matrix. Prints a table and ends with one `result: {json}` line.
+// Matmul throughput, CPU and GPU, each against a peer in the same process / run.
 //
-//   bench_matmul [--sizes 256,512,1024] [--samples 9]
+// CPU: ember::matmul against Eigen called directly, f32, square sizes, with the same threads
+// (Eigen's OpenMP threads: OMP_NUM_THREADS). Each size is warmed up, then timed as the
+// median of several samples; ember and Eigen samples alternate so that a noisy neighbour
+// slows both alike. ember's time includes what a user pays per call (output allocation,
+// dispatch); Eigen's writes into a preallocated matrix.
+//
+// GPU (only when a CUDA device is visible): bf16 and f16 square matmul (4096 and 8192 by
+// default) through ember::matmul (cuBLASLt), against cuBLAS called directly (cublasGemmEx,
+// f32 accumulation, preallocated output) and against torch.matmul (bench/peers/torch_matmul.py
+// under --python, the GPU machine's own PyTorch). Timed with CUDA events around back-to-back
+// calls on the default stream, median of samples, ember and cuBLAS samples alternating.
+//
+// Prints tables and ends with one `result: {json}` line: the CPU fields at the top level and
+// a "gpu" object (null without a device) with TFLOP/s and ratios ember/cuBLAS, ember/torch.
+//
+//   bench_matmul [--sizes 256,512,1024] [--samples 9] [--gpu-sizes 4096,8192]
+//                [--python python3] [--no-peer]
 // GCC 12 reports false -Wmaybe-uninitialized positives inside Eigen's AVX-512 code.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +30,16 @@
 #include <vector>
 
 #include <ember/ember.h>
+
+// The cuBLAS peer needs the CUDA headers, which a CUDA build of ember puts on the include
+// path (ember links cuBLAS publicly); a CPU-only build has none and skips the GPU section.
+#if __has_include(<cublas_v2.h>)
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#define EMBER_BENCH_CUBLAS 1
+#else
+#define EMBER_BENCH_CUBLAS 0
+#endif
 
 namespace {
 
@@ -56,14 +78,155 @@ std::string json_list(const std::vector<double>& v, int precision) {
   return s + "]";
 }
 
+
+// ---- GPU section ----
+
+struct GpuRow {
+  std::string dtype;
+  double n, ember, cublas, torch;  // TFLOP/s; torch 0 when the peer did not run
+};
+
+// torch.matmul's TFLOP/s per (dtype, n), from the peer script's "peer:" lines.
+std::vector<GpuRow> run_torch_peer(const std::string& python, const std::vector<int64_t>& sizes, int samples,
+                                   std::string& version) {
+  std::string size_list;
+  for (int64_t n : sizes) {
+    if (!size_list.empty()) size_list += ',';
+    size_list += std::to_string(n);
+  }
+  const std::string cmd = python + " " + EMBER_SOURCE_DIR + "/bench/peers/torch_matmul.py --dtypes bf16,f16 --sizes " +
+                          size_list + " --samples " + std::to_string(samples) + " 2>&1";
+  std::vector<GpuRow> rows;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return rows;
+  char line[512], dt[16], ver[128];
+  long long n = 0;
+  double tflops = 0;
+  while (std::fgets(line, sizeof line, p)) {
+    if (std::sscanf(line, "peer: %15s %lld %lf %127s", dt, &n, &tflops, ver) == 4) {
+      rows.push_back({dt, double(n), 0, 0, tflops});
+      version = ver;
+    } else {
+      std::fputs(line, stdout);
+    }
+  }
+  pclose(p);
+  return rows;
+}
+
+#if EMBER_BENCH_CUBLAS
+#define BENCH_CHECK(expr)                                                        \
+  do {                                                                           \
+    if (!(expr)) {                                                               \
+      std::fprintf(stderr, "bench_matmul: %s failed at line %d\n", #expr, __LINE__); \
+      std::exit(1);                                                              \
+    }                                                                            \
+  } while (0)
+
+// Seconds per call of f: CUDA events around `reps` calls, median over samples.
+template <class F>
+double gpu_seconds(F&& f, int reps, cudaEvent_t start, cudaEvent_t stop) {
+  BENCH_CHECK(cudaEventRecord(start, nullptr) == cudaSuccess);
+  for (int r = 0; r < reps; ++r) f();
+  BENCH_CHECK(cudaEventRecord(stop, nullptr) == cudaSuccess);
+  BENCH_CHECK(cudaEventSynchronize(stop) == cudaSuccess);
+  float ms = 0;
+  BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop) == cudaSuccess);
+  return double(ms) * 1e-3 / reps;
+}
+
+std::vector<GpuRow> run_gpu(const std::vector<int64_t>& sizes, int samples) {
+  std::vector<GpuRow> rows;
+  cublasHandle_t handle = nullptr;
+  BENCH_CHECK(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS);
+  cudaEvent_t start, stop;
+  BENCH_CHECK(cudaEventCreate(&start) == cudaSuccess);
+  BENCH_CHECK(cudaEventCreate(&stop) == cudaSuccess);
+  const ember::Device dev = ember::Device::cuda(0);
+  for (ember::DType dt : {ember::DType::bf16, ember::DType::f16}) {
+    const cudaDataType type = dt == ember::DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    for (int64_t n : sizes) {
+      ember::Tensor a = ember::randn({n, n}).to(dt).to(dev), b = ember::randn({n, n}).to(dt).to(dev);
+      ember::Tensor c = ember::zeros({n, n}, dt).to(dev);
+      const float alpha = 1, beta = 0;
+      // Row-major C = A B is column-major C^T = B^T A^T: pass B first, no transposes.
+      auto run_cublas = [&] {
+        BENCH_CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(n), int(n), &alpha, b.data_ptr(), type,
+                                 int(n), a.data_ptr(), type, int(n), &beta, c.data_ptr(), type, int(n),
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+      };
+      ember::Tensor e;
+      auto run_ember = [&] { e = ember::matmul(a, b); };
+      for (int w = 0; w < 3; ++w) run_ember(), run_cublas();
+      ember::cuda::synchronize();
+      // Both compute the same product: compare the first rows (f32 accumulation, one 16-bit
+      // rounding each, so they differ by at most ~2 ulps of the 16-bit type).
+      {
+        const std::vector<double> ev = e.slice(0, 0, 4).cpu().to_vector<double>();
+        const std::vector<double> cv = c.slice(0, 0, 4).cpu().to_vector<double>();
+        for (size_t i = 0; i < ev.size(); ++i)
+          if (!(std::abs(ev[i] - cv[i]) <= 2e-2 * std::abs(cv[i]) + 1e-2 * std::sqrt(double(n)))) {
+            std::fprintf(stderr, "bench_matmul: ember and cuBLAS disagree (%s, n=%lld, element %zu: %g vs %g)\n",
+                         ember::dtype_name(dt), (long long)n, i, ev[i], cv[i]);
+            std::exit(1);
+          }
+      }
+      const int reps = std::max(1, int(0.05 / gpu_seconds(run_ember, 1, start, stop)));
+      std::vector<double> te, tc;
+      for (int s = 0; s < samples; ++s) {
+        te.push_back(gpu_seconds(run_ember, reps, start, stop));
+        tc.push_back(gpu_seconds(run_cublas, reps, start, stop));
+      }
+      const double flop = 2.0 * double(n) * double(n) * double(n);
+      rows.push_back({ember::dtype_name(dt), double(n), flop / median(te) * 1e-12, flop / median(tc) * 1e-12, 0});
+    }
+  }
+  BENCH_CHECK(cudaEventDestroy(start) == cudaSuccess);
+  BENCH_CHECK(cudaEventDestroy(stop) == cudaSuccess);
+  BENCH_CHECK(cublasDestroy(handle) == CUBLAS_STATUS_SUCCESS);
+  return rows;
+}
+#else
+std::vector<GpuRow> run_gpu(const std::vector<int64_t>&, int) { return {}; }
+#endif
+
+// The "gpu" JSON object, or null.
+std::string gpu_json(const std::vector<GpuRow>& rows, const std::string& device, const std::string& torch_version) {
+  if (rows.empty()) return "null";
+  std::string s = "{\"device\":\"" + device + "\",\"peer\":\"" +
+                  (torch_version.empty() ? std::string("none") : "torch " + torch_version) + "\"";
+  for (const char* dt : {"bf16", "f16"}) {
+    std::vector<double> sizes, ember, cublas, torch, r_cublas, r_torch;
+    bool have_torch = true;
+    for (const GpuRow& r : rows) {
+      if (r.dtype != dt) continue;
+      sizes.push_back(r.n), ember.push_back(r.ember), cublas.push_back(r.cublas), torch.push_back(r.torch);
+      r_cublas.push_back(r.ember / r.cublas);
+      r_torch.push_back(r.torch > 0 ? r.ember / r.torch : 0);
+      have_torch = have_torch && r.torch > 0;
+    }
+    s += std::string(",\"") + dt + "\":{\"sizes\":" + json_list(sizes, 0) + ",\"ember_tflops\":" + json_list(ember, 1) +
+         ",\"cublas_tflops\":" + json_list(cublas, 1) + ",\"ratio_cublas\":" + json_list(r_cublas, 3) +
+         ",\"torch_tflops\":" + (have_torch ? json_list(torch, 1) : "null") +
+         ",\"ratio_torch\":" + (have_torch ? json_list(r_torch, 3) : "null") + "}";
+  }
+  return s + "}";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<int64_t> sizes{256, 512, 1024};
+  std::vector<int64_t> sizes{256, 512, 1024}, gpu_sizes{4096, 8192};
   int samples = 9;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--sizes")) sizes = parse_sizes(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--samples")) samples = std::max(1, std::atoi(argv[i + 1]));
+  std::string python = "python3";
+  bool no_peer = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--no-peer")) no_peer = true;
+    else if (i + 1 >= argc) break;
+    else if (!std::strcmp(argv[i], "--sizes")) sizes = parse_sizes(argv[++i]);
+    else if (!std::strcmp(argv[i], "--samples")) samples = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--gpu-sizes")) gpu_sizes = parse_sizes(argv[++i]);
+    else if (!std::strcmp(argv[i], "--python")) python = argv[++i];
   }
   ember::manual_seed(0);
   const int threads = Eigen::nbThreads();
@@ -117,9 +280,33 @@ int main(int argc, char** argv) {
     size_list.push_back(double(n));
     std::printf("%8lld %14.1f %14.1f %8.3f\n", (long long)n, ge, gg, ge / gg);
   }
-  std::printf("result: {\"bench\":\"matmul_cpu\",\"dtype\":\"f32\",\"threads\":%d,\"sizes\":%s,"
-              "\"ember_gflops\":%s,\"eigen_gflops\":%s,\"ratio\":%s}\n",
+
+  // GPU: ember (cuBLASLt) vs cuBLAS directly vs torch.matmul.
+  std::vector<GpuRow> gpu_rows;
+  std::string device_name, torch_version;
+  if (ember::cuda::is_available() && !gpu_sizes.empty()) {
+    device_name = ember::cuda::device_name(0);
+    gpu_rows = run_gpu(gpu_sizes, samples);
+    if (gpu_rows.empty()) std::printf("GPU present but this benchmark was built without the CUDA headers\n");
+    if (!gpu_rows.empty() && !no_peer) {
+      for (const GpuRow& t : run_torch_peer(python, gpu_sizes, samples, torch_version))
+        for (GpuRow& r : gpu_rows)
+          if (r.dtype == t.dtype && r.n == t.n) r.torch = t.torch;
+      if (torch_version.empty()) std::printf("torch peer did not run (is torch importable by %s?)\n", python.c_str());
+    }
+    std::printf("\nmatmul on %s, median of %d samples (TFLOP/s)\n", device_name.c_str(), samples);
+    std::printf("%6s %8s %10s %10s %10s %12s %12s\n", "dtype", "n", "ember", "cuBLAS", "torch", "ember/cuBLAS",
+                "ember/torch");
+    for (const GpuRow& r : gpu_rows)
+      std::printf("%6s %8.0f %10.1f %10.1f %10.1f %12.3f %12.3f\n", r.dtype.c_str(), r.n, r.ember, r.cublas, r.torch,
+                  r.ember / r.cublas, r.torch > 0 ? r.ember / r.torch : 0.0);
+  } else {
+    std::printf("\nno CUDA device: GPU section skipped\n");
+  }
+  std::printf("result: {\"bench\":\"matmul\",\"dtype\":\"f32\",\"threads\":%d,\"sizes\":%s,"
+              "\"ember_gflops\":%s,\"eigen_gflops\":%s,\"ratio\":%s,\"gpu\":%s}\n",
               threads, json_list(size_list, 0).c_str(), json_list(ember_gflops, 2).c_str(),
-              json_list(eigen_gflops, 2).c_str(), json_list(ratios, 3).c_str());
+              json_list(eigen_gflops, 2).c_str(), json_list(ratios, 3).c_str(),
+              gpu_json(gpu_rows, device_name, torch_version).c_str());
   return 0;
 }
