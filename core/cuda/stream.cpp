@@ -79,6 +79,9 @@ bool ready(cudaError_t err) {
 struct Stream::Owner {
   int device;
   cudaStream_t stream;
+  Owner(int d, cudaStream_t s) : device(d), stream(s) {}
+  Owner(const Owner&) = delete;  // a copy's destructor would destroy the stream early
+  Owner& operator=(const Owner&) = delete;
   ~Owner() {  // Note [stream lifetime]
     int previous = 0;
     report("cudaGetDevice", cudaGetDevice(&previous));
@@ -96,7 +99,7 @@ Stream::Stream(const StreamOptions& options) {
   EMBER_CUDA_CHECK(cudaStreamCreateWithPriority(
       &stream, options.non_blocking ? cudaStreamNonBlocking : cudaStreamDefault, options.priority));
   handle_ = stream;
-  owner_ = std::make_shared<Owner>(Owner{device_, stream});
+  owner_ = std::make_shared<Owner>(device_, stream);
 }
 
 Stream Stream::default_stream(int device) {
@@ -236,6 +239,7 @@ float Event::elapsed_time(const Event& end) const {
               "[Event::elapsed_time] both events need EventOptions{.enable_timing = true}");
   EMBER_CHECK(recorded_ && end.recorded_, ValueError,
               "[Event::elapsed_time] both events must be recorded first");
+  synchronize();  // cudaEventElapsedTime fails with NotReady unless both have completed
   end.synchronize();
   float ms = 0;
   EMBER_CUDA_CHECK(cudaEventElapsedTime(&ms, handle_, end.handle_));

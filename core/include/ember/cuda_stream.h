@@ -131,7 +131,7 @@ class Event {
   // True when the recorded work has completed (or nothing was recorded); never blocks.
   bool query() const;
   // Milliseconds from this event to `end`. Both need enable_timing and a record(); waits
-  // for `end` to complete first.
+  // for both to complete first.
   float elapsed_time(const Event& end) const;
 
   int device() const { return device_; }
