@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <ember/cuda_memory.h>
 #include <ember/ember.h>
 
 #include "library_versions.h"
@@ -66,8 +67,12 @@ void print_device(const ember::cuda::DeviceProperties& p) {
               format_bytes(double(p.shared_memory_per_multiprocessor)).c_str());
   std::printf("  ECC                 %s\n", p.ecc_enabled ? "on" : "off");
   std::printf("  PCI bus id          %s\n", p.pci_bus_id.c_str());
-  // TODO(allocator): the caching allocator's statistics for this device (allocated, reserved,
-  // peaks) once ember/cuda_memory.h lands.
+  const ember::cuda::MemoryStats s = ember::cuda::memory_stats(p.index);
+  std::printf("  ember allocator     %s allocated (peak %s), %s reserved (peak %s)\n",
+              format_bytes(double(s.allocated_bytes)).c_str(),
+              format_bytes(double(s.peak_allocated_bytes)).c_str(),
+              format_bytes(double(s.reserved_bytes)).c_str(),
+              format_bytes(double(s.peak_reserved_bytes)).c_str());
 }
 
 void print_estimate(const EstimateInput& in, const MemoryEstimate& m,
