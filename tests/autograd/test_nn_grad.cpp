@@ -349,3 +349,70 @@ TEST(NnGrad, LayerNormDoubleBackwardThrows) {
   EXPECT_THROW(g[0].backward(ones({3, 4}, DType::f64)), NotImplementedError);
   EXPECT_THROW(g[1].backward(ones({4}, DType::f64)), NotImplementedError);
 }
+
+// ---------------------------------------------------------------- CUDA against the CPU path
+//
+// The fused backward kernels reached through autograd on both devices, from the same
+// (rounded) leaves and output gradients. Tolerances relative with an absolute floor of the
+// same size times the largest |expected| value: f64 1e-12, f32 1e-5, f16 2e-3, bf16 1.6e-2.
+
+namespace {
+
+double cuda_rtol(DType dt) {
+  switch (dt) {
+    case DType::f64: return 1e-12;
+    case DType::f32: return 1e-5;
+    case DType::f16: return 2e-3;
+    default: return 1.6e-2;
+  }
+}
+
+::testing::AssertionResult grad_close(const Tensor& cuda_grad, const Tensor& cpu_grad, double rtol) {
+  if (!cuda_grad.defined() || !cpu_grad.defined()) return ::testing::AssertionFailure() << "no gradient";
+  double scale = 0;
+  for (double v : cpu_grad.to_vector<double>())
+    if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
+  return test::all_close(cuda_grad.to(Device::cpu()), cpu_grad, rtol, rtol * scale);
+}
+
+}  // namespace
+
+TEST(NnGradCuda, FusedGradientsMatchCpu) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const int64_t n = 67, c = 1025;
+  Tensor x64 = randn({n, c}, DType::f64).mul(2.0);
+  Tensor w64 = randn({c}, DType::f64), b64 = randn({c}, DType::f64);
+  Tensor g64 = randn({n, c}, DType::f64);
+  std::vector<int64_t> tv = randint(0, c, {n}).to_vector<int64_t>();
+  tv[3] = -100;
+  Tensor t = tensor<int64_t>(tv, {n});
+  for (DType dt : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
+    // f(x, w, b) -> a scalar loss built around one fused op; gradients of x (and w, b).
+    auto grads = [&](Device dev, int which) {
+      Tensor x = x64.to(dev, dt).detach().requires_grad_();
+      Tensor w = w64.to(dev, dt).detach().requires_grad_();
+      Tensor b = b64.to(dev, dt).detach().requires_grad_();
+      Tensor g = g64.to(dev, dt);
+      switch (which) {
+        case 0: softmax(x, 1).backward(g); break;
+        case 1: log_softmax(x, 1).backward(g); break;
+        case 2: softmax(x, 0).backward(g); break;
+        case 3: log_softmax(x.t(), 1).backward(g.t()); break;  // strided rows
+        case 4: cross_entropy(x, t.to(dev), {.label_smoothing = 0.1}).backward(); break;
+        case 5: cross_entropy(x, t.to(dev), {.reduction = Reduction::none}).backward(g.select(1, 0)); break;
+        default: layer_norm(x, {c}, w, b).backward(g); break;
+      }
+      return TensorList{x.grad(), w.grad(), b.grad()};
+    };
+    for (int which = 0; which < 7; ++which) {
+      SCOPED_TRACE(str(dtype_name(dt), " case ", which));
+      TensorList on_gpu = grads(gpu, which), on_cpu = grads(Device::cpu(), which);
+      EXPECT_TRUE(grad_close(on_gpu[0], on_cpu[0], cuda_rtol(dt)));
+      if (which == 6) {
+        EXPECT_TRUE(grad_close(on_gpu[1], on_cpu[1], cuda_rtol(dt)));
+        EXPECT_TRUE(grad_close(on_gpu[2], on_cpu[2], cuda_rtol(dt)));
+      }
+    }
+  }
+}

@@ -150,3 +150,47 @@ TEST(ReduceGrad, BroadcastingBinaryOps) {
   EXPECT_TRUE(test::all_close(b.grad(), a.detach().sum({0})));
   EXPECT_TRUE(test::all_close(a.grad(), b.detach().unsqueeze(0).expand({2, 3}).contiguous()));
 }
+
+// CUDA against the CPU path: the gradients of every differentiable reduction, from the same
+// leaves and output gradients (no ties: the values are distinct). f64 tolerance 1e-12, f32
+// 1e-5, relative with an absolute floor of the same size times the largest |expected|.
+TEST(ReduceGradCuda, GradientsMatchCpu) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  using F = std::function<Tensor(const Tensor&, const Shape&)>;
+  const std::vector<std::pair<std::string, F>> fns = {
+      {"sum", [](const Tensor& x, const Shape& d) { return sum(x, d); }},
+      {"mean", [](const Tensor& x, const Shape& d) { return mean(x, d); }},
+      {"amax", [](const Tensor& x, const Shape& d) { return amax(x, d); }},
+      {"amin", [](const Tensor& x, const Shape& d) { return amin(x, d, true); }},
+      {"var", [](const Tensor& x, const Shape& d) { return var(x, d, 1); }},
+      {"std", [](const Tensor& x, const Shape& d) { return ember::std(x, d, 0); }},
+      {"norm2", [](const Tensor& x, const Shape& d) { return norm(x, 2, d); }},
+      {"norm3", [](const Tensor& x, const Shape& d) { return norm(x, 3, d); }},
+      {"norm_inf", [](const Tensor& x, const Shape& d) { return norm(x, kInf, d); }},
+      {"max", [](const Tensor& x, const Shape& d) { return max(x, d.empty() ? 0 : d[0]).values; }},
+  };
+  Tensor base = randn({5, 1025}, DType::f64);
+  for (DType dt : {DType::f64, DType::f32}) {
+    const double rtol = dt == DType::f64 ? 1e-12 : 1e-5;
+    for (bool transposed : {false, true})
+      for (const Shape& dims : {Shape{}, Shape{0}, Shape{1}})
+        for (auto& [name, f] : fns) {
+          SCOPED_TRACE(str(name, " ", dtype_name(dt), transposed ? " transposed" : "", " dims ", dims));
+          auto grad_on = [&](Device dev) {
+            Tensor x = base.to(dev, dt);
+            if (transposed) x = x.t();
+            x = x.detach().requires_grad_();
+            return std::make_pair(x, f(x, dims));
+          };
+          auto [xg, yg] = grad_on(gpu);
+          auto [xc, yc] = grad_on(Device::cpu());
+          Tensor gy = randn(yc.sizes(), DType::f64).to(dt);
+          yc.backward(gy);
+          yg.backward(gy.to(gpu));
+          double scale = 0;
+          for (double v : xc.grad().to_vector<double>()) scale = std::max(scale, std::fabs(v));
+          EXPECT_TRUE(test::all_close(xg.grad().to(Device::cpu()), xc.grad(), rtol, rtol * scale));
+        }
+  }
+}

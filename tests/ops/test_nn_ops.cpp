@@ -9,6 +9,10 @@
 #include <limits>
 #include <string>
 
+#include <cstring>
+
+#include <ember/ops/nn.h>
+
 #include "support/test_support.h"
 
 using namespace ember;
@@ -532,3 +536,195 @@ TEST_P(NnOps, LayerNormBadInputs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, NnOps, ::testing::ValuesIn(test::test_devices()), test::device_label);
+
+// ---------------------------------------------------------------- CUDA against the CPU path
+//
+// The fused kernels on both devices from the same (rounded) inputs, through the ops fronts
+// (forward, statistics and backward). Tolerances, relative, with an absolute floor of the
+// same size times the largest |expected| value: f64 1e-12; f32 1e-5 (same compute type,
+// different summation order); f16 2e-3 and bf16 1.6e-2 (both compute in f32 and round once:
+// about one unit of the last place).
+
+namespace {
+
+double cuda_rtol(DType dt) {
+  switch (dt) {
+    case DType::f64: return 1e-12;
+    case DType::f32: return 1e-5;
+    case DType::f16: return 2e-3;
+    default: return 1.6e-2;
+  }
+}
+
+::testing::AssertionResult close_to_cpu(const Tensor& cuda_result, const Tensor& cpu_result,
+                                        double rtol) {
+  if (!cuda_result.device().is_cuda())
+    return ::testing::AssertionFailure() << "the CUDA result lives on " << cuda_result.device().str();
+  if (cuda_result.dtype() != cpu_result.dtype() || cuda_result.sizes() != cpu_result.sizes())
+    return ::testing::AssertionFailure()
+           << dtype_name(cuda_result.dtype()) << " " << str(cuda_result.sizes()) << " vs "
+           << dtype_name(cpu_result.dtype()) << " " << str(cpu_result.sizes());
+  double scale = 0;
+  for (double v : cpu_result.to_vector<double>())
+    if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
+  return test::all_close(cuda_result.to(Device::cpu()), cpu_result, rtol, rtol * scale);
+}
+
+bool bits_equal(const Tensor& a, const Tensor& b) {
+  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  return va.size() == vb.size() && std::memcmp(va.data(), vb.data(), va.size() * sizeof(double)) == 0;
+}
+
+const Device kGpu = Device::cuda(0);
+
+}  // namespace
+
+TEST(NnCuda, SoftmaxForwardAndBackwardMatchCpu) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  // 1, 31, 1025: around the warp and block widths; 3 x 20000: rows longer than a block and
+  // than the shared-memory cache; 8 x 300 x 41 over dim 0: the thread-per-row kernel.
+  for (const Shape& shape : {Shape{1}, Shape{31}, Shape{1025}, Shape{33, 31}, Shape{4, 1025},
+                             Shape{3, 20000}, Shape{8, 300, 41}, Shape{64, 64, 3}}) {
+    Tensor base = randn(shape, DType::f64).mul(3.0);
+    Tensor gbase = randn(shape, DType::f64);
+    // Views are taken after the cast and the move, so the kernels see their strides.
+    const int64_t last = int64_t(shape.size()) - 1;
+    std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> views = {
+        {"contiguous", [](const Tensor& t) { return t; }}};
+    if (last >= 1) views.push_back({"transposed", [last](const Tensor& t) { return t.transpose(0, last); }});
+    if (shape[0] > 2)
+      views.push_back({"step-sliced", [](const Tensor& t) { return t.slice(0, 0, t.sizes()[0], 2); }});
+    for (DType dt : kFloatTypes) {
+      for (auto& [name, view] : views) {
+        Tensor cx = view(base.to(dt)), gx = view(base.to(kGpu, dt));
+        Tensor cg = view(gbase.to(dt)), gg = view(gbase.to(kGpu, dt));
+        for (int64_t dim = 0; dim < cx.dim(); ++dim)
+          for (bool log : {false, true}) {
+            SCOPED_TRACE(str(dtype_name(dt), " ", name, " ", cx.sizes(), " dim ", dim, log ? " log" : ""));
+            Tensor cy = log ? ops::log_softmax(cx, dim) : ops::softmax(cx, dim);
+            Tensor gy = log ? ops::log_softmax(gx, dim) : ops::softmax(gx, dim);
+            EXPECT_TRUE(close_to_cpu(gy, cy, cuda_rtol(dt)));
+            // Backward from the same y (the CPU's, moved over).
+            Tensor cdx = log ? ops::log_softmax_backward(cg, cy, dim) : ops::softmax_backward(cg, cy, dim);
+            Tensor gdx = log ? ops::log_softmax_backward(gg, cy.to(kGpu), dim)
+                             : ops::softmax_backward(gg, cy.to(kGpu), dim);
+            EXPECT_TRUE(close_to_cpu(gdx, cdx, cuda_rtol(dt)));
+          }
+      }
+    }
+  }
+}
+
+TEST(NnCuda, CrossEntropyForwardAndBackwardMatchCpu) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  struct Size {
+    int64_t n, c;
+  };
+  for (Size sz : {Size{1, 1}, Size{31, 31}, Size{7, 1025}, Size{4, 50257}, Size{300, 211},
+                  Size{2000, 10}}) {
+    Tensor base = randn({sz.n, sz.c}, DType::f64).mul(2.0);
+    std::vector<int64_t> tv = randint(0, sz.c, {sz.n}).to_vector<int64_t>();
+    for (size_t i = 1; i < tv.size(); i += 5) tv[i] = -100;  // ignored rows
+    Tensor target = tensor<int64_t>(tv, {sz.n});
+    for (DType dt : kFloatTypes) {
+      // Contiguous logits and a column-major view of the same values.
+      for (bool transposed : {false, true}) {
+        Tensor cx = transposed ? base.t().contiguous().to(dt).t() : base.to(dt);
+        Tensor gx = transposed ? base.t().contiguous().to(kGpu, dt).t() : cx.to(kGpu);
+        for (DType tdt : {DType::i64, DType::i32}) {
+          Tensor ct = target.to(tdt), gt = ct.to(kGpu);
+          for (double eps : {0.0, 0.1})
+            for (ops::LossReduction red : {ops::LossReduction::none, ops::LossReduction::mean,
+                                           ops::LossReduction::sum}) {
+              SCOPED_TRACE(str(dtype_name(dt), transposed ? " transposed" : "", " [", sz.n, ", ",
+                               sz.c, "] target ", dtype_name(tdt), " eps ", eps, " reduction ",
+                               int(red)));
+              ops::CrossEntropyParams p{.ignore_index = -100, .label_smoothing = eps, .reduction = red};
+              auto cf = ops::cross_entropy_forward(cx, ct, p);
+              auto gf = ops::cross_entropy_forward(gx, gt, p);
+              const double rtol = cuda_rtol(dt);
+              EXPECT_TRUE(close_to_cpu(gf.loss, cf.loss, rtol));
+              EXPECT_TRUE(close_to_cpu(gf.row_max, cf.row_max, 0));  // exact
+              EXPECT_TRUE(close_to_cpu(gf.log_sum, cf.log_sum, dt == DType::f64 ? 1e-12 : 1e-5));
+              // Backward from the CPU's statistics, so both devices see the same inputs.
+              Tensor grad = red == ops::LossReduction::none
+                                ? randn({sz.n}, DType::f64).to(dt)
+                                : scalar_tensor(1.7, dt);
+              Tensor cd = ops::cross_entropy_backward(grad, cx, ct, cf.row_max, cf.log_sum, p);
+              Tensor gd = ops::cross_entropy_backward(grad.to(kGpu), gx, gt, cf.row_max.to(kGpu),
+                                                      cf.log_sum.to(kGpu), p);
+              EXPECT_TRUE(close_to_cpu(gd, cd, rtol));
+            }
+        }
+      }
+    }
+  }
+}
+
+TEST(NnCuda, LayerNormForwardAndBackwardMatchCpu) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  struct Size {
+    int64_t rows, cols;
+  };
+  // 5000 x 8: many row chunks for dweight/dbias; 3 x 20000: rows longer than a block and
+  // than the shared-memory cache.
+  for (Size sz : {Size{1, 1}, Size{1, 31}, Size{33, 31}, Size{7, 1025}, Size{300, 768},
+                  Size{3, 20000}, Size{5000, 8}}) {
+    Tensor xb = randn({sz.rows, sz.cols}, DType::f64).mul(2.0).add(0.5);
+    Tensor wb = randn({sz.cols}, DType::f64), bb = randn({sz.cols}, DType::f64);
+    Tensor gb = randn({sz.rows, sz.cols}, DType::f64);
+    for (DType dt : kFloatTypes) {
+      Tensor cx = xb.to(dt), gx = cx.to(kGpu), cg = gb.to(dt);
+      for (int affine = 0; affine < 3; ++affine) {  // none, weight, weight and bias
+        SCOPED_TRACE(str(dtype_name(dt), " [", sz.rows, ", ", sz.cols, "] affine ", affine));
+        Tensor cw = affine >= 1 ? wb.to(dt) : Tensor(), cb = affine >= 2 ? bb.to(dt) : Tensor();
+        Tensor gw = cw.defined() ? cw.to(kGpu) : Tensor(), gbias = cb.defined() ? cb.to(kGpu) : Tensor();
+        auto cf = ops::layer_norm_forward(cx, {sz.cols}, cw, cb, 1e-5);
+        auto gf = ops::layer_norm_forward(gx, {sz.cols}, gw, gbias, 1e-5);
+        const double rtol = cuda_rtol(dt);
+        EXPECT_TRUE(close_to_cpu(gf.y, cf.y, rtol));
+        EXPECT_TRUE(close_to_cpu(gf.mean, cf.mean, dt == DType::f64 ? 1e-12 : 1e-6));
+        EXPECT_TRUE(close_to_cpu(gf.rstd, cf.rstd, dt == DType::f64 ? 1e-12 : 1e-5));
+        // Backward from the CPU's statistics.
+        auto cbw = ops::layer_norm_backward(cg, cx, {sz.cols}, cw, cf.mean, cf.rstd, {true, true, true});
+        auto gbw = ops::layer_norm_backward(cg.to(kGpu), gx, {sz.cols}, gw, cf.mean.to(kGpu),
+                                            cf.rstd.to(kGpu), {true, true, true});
+        EXPECT_TRUE(close_to_cpu(gbw.dx, cbw.dx, rtol));
+        ASSERT_EQ(gbw.dweight.defined(), cw.defined());
+        if (cw.defined()) {
+          EXPECT_TRUE(close_to_cpu(gbw.dweight, cbw.dweight, rtol));
+        }
+        EXPECT_TRUE(close_to_cpu(gbw.dbias, cbw.dbias, rtol));
+        // Parameter gradients alone (no dx).
+        auto gpart = ops::layer_norm_backward(cg.to(kGpu), gx, {sz.cols}, gw, cf.mean.to(kGpu),
+                                              cf.rstd.to(kGpu), {false, true, true});
+        EXPECT_FALSE(gpart.dx.defined());
+        EXPECT_TRUE(close_to_cpu(gpart.dbias, cbw.dbias, rtol));
+      }
+    }
+  }
+}
+
+// No float atomics: the same inputs give bit-identical results on every run.
+TEST(NnCuda, RunsAreBitIdentical) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  Tensor x = randn({64, 5000}, TensorOptions(DType::f32).device(kGpu));
+  Tensor x3 = randn({16, 300, 41}, TensorOptions(DType::f32).device(kGpu));
+  Tensor logits = randn({512, 1000}, TensorOptions(DType::f32).device(kGpu));
+  Tensor target = randint(0, 1000, {512}).to(kGpu);
+  Tensor ln_x = randn({4096, 768}, TensorOptions(DType::f32).device(kGpu));
+  Tensor ln_g = randn({4096, 768}, TensorOptions(DType::f32).device(kGpu));
+  Tensor w = randn({768}, TensorOptions(DType::f32).device(kGpu));
+  auto run = [&] {
+    ops::CrossEntropyParams p{.label_smoothing = 0.1};
+    auto ce = ops::cross_entropy_forward(logits, target, p);
+    Tensor dce = ops::cross_entropy_backward(scalar_tensor(1.0, TensorOptions(DType::f32).device(kGpu)),
+                                             logits, target, ce.row_max, ce.log_sum, p);
+    auto ln = ops::layer_norm_forward(ln_x, {768}, w, Tensor(), 1e-5);
+    auto lb = ops::layer_norm_backward(ln_g, ln_x, {768}, w, ln.mean, ln.rstd, {true, true, true});
+    return TensorList{ops::softmax(x, 1), ops::log_softmax(x3, 0), ce.loss, dce, ln.y, ln.rstd,
+                      lb.dx, lb.dweight, lb.dbias};
+  };
+  TensorList a = run(), b = run();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(bits_equal(a[i], b[i])) << "result " << i;
+}

@@ -514,3 +514,199 @@ TEST_P(Reduce, BadInputsThrow) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, Reduce, ::testing::ValuesIn(test::test_devices()),
                          test::device_label);
+
+// ---------------------------------------------------------------- CUDA against the CPU path
+//
+// The same reductions on both devices from the same (rounded) inputs. Tolerances, relative,
+// with an absolute floor of the same size times max(1, largest |expected| value) (so sums
+// that cancel to near zero are judged on the scale of their terms, and the variance of equal
+// values, 0 on one device and 1e-32 on the other, passes):
+//   f64 1e-12, f32 2e-6 (both devices accumulate f32 in f64; only the order differs),
+//   f16 2e-3 and bf16 1.6e-2 (CUDA accumulates 16-bit inputs in f32, the CPU in f64: at most
+//   about one unit of the output's last place apart). Integer results and every value or
+//   index of amax/amin/max/min/argmax/argmin must be equal (they are exact).
+
+namespace {
+
+double cuda_rtol(DType dt) {
+  switch (dt) {
+    case DType::f64: return 1e-12;
+    case DType::f32: return 2e-6;
+    case DType::f16: return 2e-3;
+    case DType::bf16: return 1.6e-2;
+    default: return 0;
+  }
+}
+
+double max_abs_finite(const Tensor& t) {
+  double m = 0;
+  for (double v : t.to_vector<double>())
+    if (std::isfinite(v)) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+::testing::AssertionResult close_to_cpu(const Tensor& cuda_result, const Tensor& cpu_result,
+                                        double rtol) {
+  if (!cuda_result.device().is_cuda())
+    return ::testing::AssertionFailure() << "the CUDA result lives on " << cuda_result.device().str();
+  if (cuda_result.dtype() != cpu_result.dtype())
+    return ::testing::AssertionFailure() << "dtype " << dtype_name(cuda_result.dtype()) << " vs "
+                                         << dtype_name(cpu_result.dtype());
+  if (cuda_result.sizes() != cpu_result.sizes())
+    return ::testing::AssertionFailure() << "shape " << str(cuda_result.sizes()) << " vs "
+                                         << str(cpu_result.sizes());
+  return test::all_close(cuda_result.to(Device::cpu()), cpu_result, rtol,
+                         rtol * std::max(1.0, max_abs_finite(cpu_result)));
+}
+
+// Fresh random layouts of odd sizes: contiguous, transposed, strided slices, expanded.
+std::vector<std::pair<std::string, Tensor>> cuda_layouts(const Shape& shape) {
+  Tensor base = randn(shape, DType::f64).mul(3.0).add(0.25);
+  std::vector<std::pair<std::string, Tensor>> out = {{"contiguous " + str(shape), base}};
+  if (base.dim() >= 2) {
+    out.push_back({"transposed " + str(shape), base.transpose(0, base.dim() - 1)});
+    if (shape[0] > 2) out.push_back({"step-sliced " + str(shape), base.slice(0, 0, shape[0], 2)});
+    out.push_back({"expanded " + str(shape),
+                   base.select(0, 0).unsqueeze(0).expand(base.sizes())});
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(ReduceCuda, EveryOpAndDTypeMatchesCpu) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  // 1, 31, 1025: odd sizes around the warp and block widths; 3 x 1025 / 1025 x 3: rows and
+  // narrow columns; 7 x 31 x 5: every rows/columns/copy layout of the front.
+  for (const Shape& shape : {Shape{1}, Shape{31}, Shape{1025}, Shape{3, 1025}, Shape{1025, 3},
+                             Shape{7, 31, 5}}) {
+    for (auto& [name, host] : cuda_layouts(shape)) {
+      for (DType dt : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
+        Tensor cpu_x = host.to(dt);
+        Tensor gpu_x = cpu_x.to(gpu);
+        for (const Case& c : all_cases())
+          for (const Shape& dims : dim_subsets(host.dim())) {
+            SCOPED_TRACE(str(c.name, " ", dtype_name(dt), " ", name, " dims ", dims));
+            EXPECT_TRUE(close_to_cpu(c.op(gpu_x, dims, false), c.op(cpu_x, dims, false), cuda_rtol(dt)));
+          }
+      }
+    }
+  }
+}
+
+// Rows longer than a block and split into segments (two-pass), tall columns split likewise,
+// and a middle dim reduced between kept dims.
+TEST(ReduceCuda, LongRowsAndTallColumnsMatchCpu) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  struct Big {
+    Shape shape;
+    Shape dims;
+  };
+  for (const Big& b : {Big{{2, 70001}, {1}}, Big{{70001, 3}, {0}}, Big{{300001}, {}},
+                       Big{{5, 3000, 7}, {1}}, Big{{1030, 1025}, {0}}, Big{{1025, 1030}, {1}},
+                       Big{{40, 2049}, {}}}) {
+    Tensor host = randn(b.shape, DType::f64).add(0.5);
+    for (DType dt : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
+      Tensor cpu_x = host.to(dt), gpu_x = cpu_x.to(gpu);
+      for (const Case& c : all_cases()) {
+        SCOPED_TRACE(str(c.name, " ", dtype_name(dt), " ", b.shape, " dims ", b.dims));
+        EXPECT_TRUE(close_to_cpu(c.op(gpu_x, b.dims, false), c.op(cpu_x, b.dims, false), cuda_rtol(dt)));
+      }
+      if (b.dims.size() == 1) {
+        auto g = max(gpu_x, b.dims[0]), h = max(cpu_x, b.dims[0]);
+        EXPECT_TRUE(close_to_cpu(g.values, h.values, 0));
+        EXPECT_TRUE(close_to_cpu(g.indices, h.indices, 0));
+      }
+      EXPECT_EQ(argmin(gpu_x).item<int64_t>(), argmin(cpu_x).item<int64_t>());
+    }
+  }
+}
+
+// Integer and bool sums (exact, i64), extrema and arg reductions on every dtype, exact;
+// 16-bit rounding makes ties common, so the first-index rule is exercised.
+TEST(ReduceCuda, IntegerAndArgReductionsAreExact) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  for (const Shape& shape : {Shape{31}, Shape{3, 1025}, Shape{1025, 3}, Shape{7, 31, 5}}) {
+    Tensor ints = randint(-50, 50, shape);
+    Tensor reals = randn(shape, DType::f64).mul(2.0);
+    for (DType dt : {DType::i64, DType::i32, DType::u8, DType::b8, DType::f64, DType::f32,
+                     DType::f16, DType::bf16}) {
+      Tensor cpu_x = dt == DType::b8    ? ints.gt(0)
+                     : dt == DType::u8  ? ints.abs().to(dt)
+                     : is_floating(dt)  ? reals.to(dt)
+                                        : ints.to(dt);
+      for (Tensor cx : {cpu_x, cpu_x.transpose(0, cpu_x.dim() - 1)}) {
+        Tensor gx = cx.to(gpu);
+        for (const Shape& dims : dim_subsets(cx.dim())) {
+          SCOPED_TRACE(str(dtype_name(dt), " ", cx.sizes(), " dims ", dims));
+          if (!is_floating(dt)) {
+            EXPECT_TRUE(close_to_cpu(sum(gx, dims), sum(cx, dims), 0));
+          }
+          EXPECT_TRUE(close_to_cpu(amax(gx, dims), amax(cx, dims), 0));
+          EXPECT_TRUE(close_to_cpu(amin(gx, dims, true), amin(cx, dims, true), 0));
+        }
+        for (int64_t d = 0; d < cx.dim(); ++d) {
+          SCOPED_TRACE(str(dtype_name(dt), " ", cx.sizes(), " dim ", d));
+          auto g = max(gx, d), h = max(cx, d);
+          EXPECT_TRUE(close_to_cpu(g.values, h.values, 0));
+          EXPECT_TRUE(close_to_cpu(g.indices, h.indices, 0));
+          auto gm = min(gx, d, true), hm = min(cx, d, true);
+          EXPECT_TRUE(close_to_cpu(gm.values, hm.values, 0));
+          EXPECT_TRUE(close_to_cpu(gm.indices, hm.indices, 0));
+          EXPECT_TRUE(close_to_cpu(argmax(gx, d), argmax(cx, d), 0));
+        }
+        EXPECT_EQ(argmax(gx).item<int64_t>(), argmax(cx).item<int64_t>());
+        EXPECT_EQ(argmin(gx).item<int64_t>(), argmin(cx).item<int64_t>());
+      }
+    }
+  }
+}
+
+// NaN anywhere makes amax/amin/max/min and the inf-norms NaN; the arg reductions report
+// the first NaN; sums propagate it. Checked on short rows, long (segmented) rows and columns.
+TEST(ReduceCuda, NaNSemanticsMatchCpu) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  for (const Shape& shape : {Shape{6, 31}, Shape{3, 40000}, Shape{40000, 3}}) {
+    std::vector<double> v = randn(shape, DType::f64).to_vector<double>();
+    const size_t n = v.size();
+    for (size_t i : {size_t(5), n / 3, n / 3 + 7, n - 2}) v[i] = std::numeric_limits<double>::quiet_NaN();
+    Tensor host = tensor<double>(v, shape);
+    for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
+      Tensor cx = host.to(dt), gx = cx.to(gpu);
+      for (int64_t d : {0, 1}) {
+        SCOPED_TRACE(str(dtype_name(dt), " ", shape, " dim ", d));
+        EXPECT_TRUE(close_to_cpu(amax(gx, {d}), amax(cx, {d}), 0));
+        EXPECT_TRUE(close_to_cpu(amin(gx, {d}), amin(cx, {d}), 0));
+        EXPECT_TRUE(close_to_cpu(norm(gx, kInf, {d}), norm(cx, kInf, {d}), 0));
+        EXPECT_TRUE(close_to_cpu(argmax(gx, d), argmax(cx, d), 0));
+        EXPECT_TRUE(close_to_cpu(min(gx, d).indices, min(cx, d).indices, 0));
+        EXPECT_TRUE(close_to_cpu(sum(gx, {d}), sum(cx, {d}), cuda_rtol(dt)));
+      }
+      EXPECT_EQ(argmax(gx).item<int64_t>(), argmax(cx).item<int64_t>());
+    }
+  }
+}
+
+// No atomics: the same inputs give bit-identical results on every run (f64 and f32 results
+// would show any change of summation order).
+TEST(ReduceCuda, RunsAreBitIdentical) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  Tensor rows = randn({3, 200000}, TensorOptions(DType::f64).device(gpu));
+  Tensor cols = randn({200000, 3}, TensorOptions(DType::f64).device(gpu));
+  Tensor mid = randn({16, 5000, 9}, TensorOptions(DType::f32).device(gpu));
+  Tensor flat = randn({1000003}, TensorOptions(DType::f32).device(gpu));
+  auto run = [&] {
+    return TensorList{rows.sum({1}),        rows.sum(),         cols.sum({0}),
+                      cols.var({0}),        rows.std({1}),      rows.norm(3, {1}),
+                      mid.sum({1}),         mid.var({0, 2}),    mid.mean(),
+                      flat.sum(),           flat.var(),         flat.to(DType::bf16).sum(),
+                      argmax(rows, 1),      max(cols, 0).values, argmin(flat)};
+  };
+  TensorList a = run(), b = run();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(bit_equal(a[i], b[i])) << "result " << i;
+}
