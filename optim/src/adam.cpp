@@ -67,6 +67,7 @@ void AdamBase<Options, Decoupled>::step() {
     TensorList ps, gs, ms, vs;
     std::vector<int64_t> steps;
     std::vector<size_t> ids;
+    std::vector<std::pair<Tensor, Tensor>> masters;  // (16-bit parameter, its f32 master)
     const auto& group = params(g);
     for (size_t k = 0; k < group.size(); ++k) {
       const Tensor& p = group[k];
@@ -78,8 +79,10 @@ void AdamBase<Options, Decoupled>::step() {
         s.buffers = {zeros(p.sizes(), opts), zeros(p.sizes(), opts)};
         s.step = 0;
       }
-      ps.push_back(p);
-      gs.push_back(p.grad());
+      const Tensor target = update_target(param_number(g, k), p, o.master_weights);
+      if (!target.is_same(p)) masters.emplace_back(p, target);
+      ps.push_back(target);
+      gs.push_back(p.grad());  // cast to the target's dtype (f32 for a master) by the op
       ms.push_back(s.buffers[0]);
       vs.push_back(s.buffers[1]);
       steps.push_back(s.step + 1);
@@ -90,6 +93,7 @@ void AdamBase<Options, Decoupled>::step() {
                     {.lr = o.lr, .beta1 = o.betas[0], .beta2 = o.betas[1], .eps = o.eps,
                      .weight_decay = o.weight_decay, .decoupled_weight_decay = Decoupled,
                      .maximize = o.maximize});
+    write_back_masters(masters);
     for (size_t i : ids) ++param_state(i).step;
   }
 }
@@ -102,6 +106,7 @@ void AdamBase<Options, Decoupled>::save_group_options(size_t group, StateDict& o
   out.set_scalar(prefix + "eps", o.eps);
   out.set_scalar(prefix + "weight_decay", o.weight_decay);
   out.set_scalar(prefix + "maximize", o.maximize ? 1 : 0);
+  out.set_scalar(prefix + "master_weights", o.master_weights ? 1 : 0);
 }
 
 template <class Options, bool Decoupled>
@@ -117,6 +122,8 @@ void AdamBase<Options, Decoupled>::load_group_options(size_t group, const StateD
   o.eps = load_option(name(), in, prefix + "eps");
   o.weight_decay = load_option(name(), in, prefix + "weight_decay");
   o.maximize = load_option(name(), in, prefix + "maximize") != 0;
+  // Optional: state dicts written before the option existed lack it.
+  if (const Tensor* t = in.find(prefix + "master_weights")) o.master_weights = t->item<double>() != 0;
   validate(o, adam_name(Decoupled), ".load_state_dict");
   options_[group] = o;
 }

@@ -99,12 +99,30 @@ void Optimizer::set_initial_lr(double lr, size_t group) {
   initial_lr_[group] = lr;
 }
 
+Tensor Optimizer::update_target(size_t param, const Tensor& p, bool enabled) {
+  if (!enabled || (p.dtype() != DType::f16 && p.dtype() != DType::bf16)) return p;
+  Tensor& master = state_[param].master;
+  if (!master.defined()) {
+    master = empty(p.sizes(), TensorOptions(DType::f32).device(p.device()));
+    ops::copy_(master, p);  // exact: every 16-bit value is an f32 value
+  }
+  return master;
+}
+
+void Optimizer::write_back_masters(const std::vector<std::pair<Tensor, Tensor>>& param_master) {
+  for (const auto& [p, master] : param_master) {
+    ops::copy_(p, master);  // rounds to nearest even
+    p.bump_version();
+  }
+}
+
 Tensor Optimizer::state(size_t param, std::string_view buffer) const {
   EMBER_CHECK(param < state_.size(), IndexError, "[", name_, ".state] parameter ", param,
               " is out of range for ", state_.size(), " parameters");
   for (size_t b = 0; b < state_names_.size(); ++b)
     if (state_names_[b] == buffer)
       return state_[param].buffers.empty() ? Tensor() : state_[param].buffers[b];
+  if (buffer == "master") return state_[param].master;
   throw ValueError(str("[", name_, ".state] no state named '", buffer, "'"));
 }
 
@@ -122,6 +140,7 @@ StateDict Optimizer::state_dict() const {
     const std::string prefix = str("state.", i, ".");
     if (counts_steps_) out.set_int(prefix + "step", s.step);
     for (size_t b = 0; b < state_names_.size(); ++b) out.insert(prefix + state_names_[b], s.buffers[b]);
+    if (s.master.defined()) out.insert(prefix + "master", s.master);
   }
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::string prefix = str("param_groups.", g, ".");
@@ -179,7 +198,7 @@ void Optimizer::load_state_dict(const StateDict& in) {
     EMBER_CHECK(*i < all.size(), ValueError, op, "the state dict has state for parameter ", *i,
                 " but this optimizer has ", all.size(), " parameters");
     if (rest == "step" && counts_steps_) continue;
-    bool known = false;
+    bool known = rest == "master";
     for (const auto& n : state_names_) known = known || n == rest;
     EMBER_CHECK(known, ValueError, op, "unexpected key '", key, "' in the state dict of a ", name_,
                 " optimizer");
@@ -201,6 +220,17 @@ void Optimizer::load_state_dict(const StateDict& in) {
       Tensor copy = empty(p.sizes(), TensorOptions(sdt).device(p.device()));
       ops::copy_(copy, *t);
       fresh[i].buffers.push_back(copy);
+    }
+    if (const Tensor* m = in.find(prefix + "master")) {
+      EMBER_CHECK(p.dtype() == DType::f16 || p.dtype() == DType::bf16, ValueError, op,
+                  "state of parameter ", i, " has a 'master' copy but the parameter is ",
+                  p.dtype(), " (masters belong to f16/bf16 parameters)");
+      EMBER_CHECK(m->sizes() == p.sizes() && m->is_floating_point(), ValueError, op,
+                  "state 'master' of parameter ", i, " has shape ", m->sizes(), " and dtype ",
+                  m->dtype(), "; expected a floating-point tensor of shape ", p.sizes());
+      Tensor copy = empty(p.sizes(), TensorOptions(DType::f32).device(p.device()));
+      ops::copy_(copy, *m);
+      fresh[i].master = copy;
     }
     if (counts_steps_) {
       const Tensor* s = in.find(prefix + "step");

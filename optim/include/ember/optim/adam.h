@@ -20,6 +20,9 @@ struct AdamOptions {
   double eps = 1e-8;
   double weight_decay = 0.0;
   bool maximize = false;
+  // Note [master weights] (optimizer.h): f16/bf16 parameters are updated through an f32
+  // master copy kept in the optimizer state ("state.<i>.master").
+  bool master_weights = false;
 };
 
 // Same fields; weight_decay defaults to 0.01 as in torch.optim.AdamW.
@@ -29,6 +32,7 @@ struct AdamWOptions {
   double eps = 1e-8;
   double weight_decay = 1e-2;
   bool maximize = false;
+  bool master_weights = false;  // as AdamOptions::master_weights
 };
 
 namespace detail {

@@ -9,6 +9,11 @@
 // - step() skips parameters without a gradient; their state (and step count) does not move.
 // - Optimizer state tensors live on their parameter's device, contiguous, in
 //   ops::optim_state_dtype(param dtype) (f32 for 16-bit parameters).
+// - Master weights (Note [master weights]): with an optimizer's master_weights option, a f16 or
+//   bf16 parameter gets an f32 master copy (created from the parameter at its first step).
+//   The update runs on the master with the gradient cast to f32, and the parameter receives
+//   the master rounded to its dtype; so updates smaller than half a 16-bit ulp accumulate in
+//   the master instead of being lost (llm.c's scheme). f32/f64 parameters ignore the option.
 // - state_dict() returns the live state tensors (like PyTorch, no copy); load_state_dict()
 //   validates everything before changing anything, then copies the tensors in (so two
 //   optimizers never share state) and restores every group's hyperparameters.
@@ -16,6 +21,8 @@
 // State dict keys (Note [optimizer state dict]):
 //   state.<i>.step              i64 0-dim, optimizers that count steps (Adam, AdamW)
 //   state.<i>.<buffer>          exp_avg, exp_avg_sq / momentum_buffer (absent before step 1)
+//   state.<i>.master            f32 master copy of a 16-bit parameter (master_weights option;
+//                               absent otherwise and before step 1)
 //   param_groups.<g>.params     i64 [n]: the parameter numbers of group g
 //   param_groups.<g>.lr, ...    f64 0-dim per option (betas as f64 [2], flags as 0/1)
 //   param_groups.<g>.initial_lr f64 0-dim, once a scheduler has been attached
@@ -67,7 +74,8 @@ class Optimizer {
   StateDict state_dict() const;
   void load_state_dict(const StateDict& state);
 
-  // The state of parameter number `param` (undefined before its first step), its step count.
+  // The state of parameter number `param` (undefined before its first step; "master" for the
+  // f32 master copy), its step count.
   Tensor state(size_t param, std::string_view buffer) const;
   int64_t state_step(size_t param) const;
   // "SGD", "Adam", "AdamW": the prefix of this optimizer's error messages.
@@ -77,6 +85,7 @@ class Optimizer {
   struct ParamState {
     int64_t step = 0;
     std::vector<Tensor> buffers;  // in state_names order; empty before the first step
+    Tensor master;                // f32 master copy of a 16-bit parameter, or undefined
   };
 
   // groups: the parameters of each group (validated here); state_names: the per-parameter
@@ -88,6 +97,11 @@ class Optimizer {
   ParamState& param_state(size_t param) { return state_[param]; }
   const ParamState& param_state(size_t param) const { return state_[param]; }
   void check_group(size_t group, const char* what) const;
+  // Note [master weights]: the tensor the update of parameter `param` (= p) runs on: p itself,
+  // or, when `enabled` and p is 16-bit, its f32 master (created from p on first use).
+  Tensor update_target(size_t param, const Tensor& p, bool enabled);
+  // Writes each master back into its 16-bit parameter (rounded), after an update.
+  static void write_back_masters(const std::vector<std::pair<Tensor, Tensor>>& param_master);
 
   // Hyperparameters of one group: lr access, and (de)serialization under `prefix`
   // ("param_groups.<g>."). load_group_options validates and may throw before any change.
