@@ -5,6 +5,7 @@
 // gradients are linear maps whose adjoints are cheap, so they differentiate fully.
 #include "ember/ops/conv.h"
 #include "inplace.h"
+#include "autocast_policy.h"
 
 namespace ember {
 
@@ -48,6 +49,9 @@ Tensor pool_gather(const Tensor& grad_input, const Tensor& indices) {
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::array<int64_t, 2> stride,
               std::array<int64_t, 2> padding, std::array<int64_t, 2> dilation, int64_t groups) {
+  if (autocast::any_enabled()) [[unlikely]]
+    if (auto c = autograd::autocast_inputs(autograd::AutocastOp::conv2d, x, weight, bias))
+      return conv2d((*c)[0], (*c)[1], (*c)[2], stride, padding, dilation, groups);
   ember::detail::check_defined("conv2d", x);
   if (x.dim() == 3)  // unbatched [C, H, W], as PyTorch accepts
     return squeeze(conv2d(unsqueeze(x, 0), weight, bias, stride, padding, dilation, groups), 0);

@@ -1,5 +1,6 @@
 // Differentiable elementwise ops: each forward beside its VJP.
 #include "inplace.h"
+#include "autocast_policy.h"
 
 namespace ember {
 
@@ -111,10 +112,16 @@ Tensor neg(const Tensor& x) {
                 [](const Tensor& g) -> TensorList { return {neg(g)}; });
 }
 Tensor exp(const Tensor& x) {
+  if (autocast::any_enabled()) [[unlikely]]
+    if (auto c = autograd::autocast_inputs(autograd::AutocastOp::exp, x))
+      return exp((*c)[0]);
   return record("exp", ops::unary(UnaryOp::exp, x), {x},
                 [](const Tensor& g, const Tensor& y) -> TensorList { return {mul(g, y)}; });
 }
 Tensor log(const Tensor& x) {
+  if (autocast::any_enabled()) [[unlikely]]
+    if (auto c = autograd::autocast_inputs(autograd::AutocastOp::log, x))
+      return log((*c)[0]);
   return record("log", ops::unary(UnaryOp::log, x), {x},
                 [x = save(x)](const Tensor& g) -> TensorList { return {div(g, x)}; });
 }

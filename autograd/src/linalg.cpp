@@ -2,6 +2,7 @@
 // written with differentiable ember ops, so double backward works.
 #include "ember/ops/linalg.h"
 #include "inplace.h"
+#include "autocast_policy.h"
 
 namespace ember {
 
@@ -33,6 +34,9 @@ Tensor matmul_grad_folded_lhs(const Tensor& g, const Tensor& b) {
 // When one operand is 2-D and the other batched, the batch is folded into the GEMM's inner
 // dim instead, which needs no reduction.
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (autocast::any_enabled()) [[unlikely]]
+    if (auto c = autograd::autocast_inputs(autograd::AutocastOp::matmul, a, b))
+      return matmul((*c)[0], (*c)[1]);
   return record("matmul", ops::matmul(a, b), {a, b}, [a = save(a), b = save(b)](const Tensor& g) -> TensorList {
     const Tensor& a0 = a.get();
     const Tensor& b0 = b.get();
@@ -63,6 +67,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 // dx = g @ w, dw = g^T @ x over the flattened leading dims, db = g summed over them.
 // An undefined bias is an input without an edge: its gradient is never asked for.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (autocast::any_enabled()) [[unlikely]]
+    if (auto c = autograd::autocast_inputs(autograd::AutocastOp::linear, x, weight, bias))
+      return linear((*c)[0], (*c)[1], (*c)[2]);
   return record("linear", ops::linear(x, weight, bias), {x, weight, bias},
                 [x = save(x), w = save(weight)](const Tensor& g) -> TensorList {
                   const int64_t out = w->size(0), in = w->size(1);

@@ -12,6 +12,7 @@
 
 #include "ember/ops/nn.h"
 #include "inplace.h"
+#include "autocast_policy.h"
 
 namespace ember {
 
@@ -79,6 +80,9 @@ ops::LossReduction to_ops(Reduction r) {
 }  // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim) {
+  if (autocast::any_enabled()) [[unlikely]]
+    if (auto c = autograd::autocast_inputs(autograd::AutocastOp::softmax, x))
+      return softmax((*c)[0], dim);
   Tensor y = ops::softmax(x, dim);
   const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "softmax");
   return record("softmax", y, {x}, [d](const Tensor& g, const Tensor& out) -> TensorList {
@@ -87,6 +91,9 @@ Tensor softmax(const Tensor& x, int64_t dim) {
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
+  if (autocast::any_enabled()) [[unlikely]]
+    if (auto c = autograd::autocast_inputs(autograd::AutocastOp::log_softmax, x))
+      return log_softmax((*c)[0], dim);
   Tensor y = ops::log_softmax(x, dim);
   const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "log_softmax");
   return record("log_softmax", y, {x}, [d](const Tensor& g, const Tensor& out) -> TensorList {
@@ -95,6 +102,9 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
+  if (autocast::any_enabled()) [[unlikely]]
+    if (auto c = autograd::autocast_inputs(autograd::AutocastOp::cross_entropy, logits))
+      return cross_entropy((*c)[0], target, options);
   const ops::CrossEntropyParams p{options.ignore_index, options.label_smoothing,
                                   to_ops(options.reduction)};
   ops::CrossEntropyForward f = ops::cross_entropy_forward(logits, target, p);
@@ -109,6 +119,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
+  if (autocast::any_enabled()) [[unlikely]]
+    if (auto c = autograd::autocast_inputs(autograd::AutocastOp::layer_norm, x, weight, bias))
+      return layer_norm((*c)[0], normalized_shape, (*c)[1], (*c)[2], eps);
   ops::LayerNormForward f = ops::layer_norm_forward(x, normalized_shape, weight, bias, eps);
   return record("layer_norm", f.y, {x, weight, bias},
                 [x = save(x), w = save(weight), ns = normalized_shape, mean = f.mean,

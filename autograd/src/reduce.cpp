@@ -10,6 +10,7 @@
 #include "ember/factory.h"
 #include "ember/ops/reduce.h"
 #include "inplace.h"
+#include "autocast_policy.h"
 
 namespace ember {
 
@@ -74,6 +75,9 @@ ValuesIndices max_min(const char* name, bool is_max, const Tensor& x, int64_t di
 }  // namespace
 
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+  if (autocast::any_enabled()) [[unlikely]]
+    if (auto c = autograd::autocast_inputs(autograd::AutocastOp::sum, x))
+      return sum((*c)[0], dims, keepdim);
   return record("sum", ops::reduce(ReduceOp::sum, x, dims, keepdim), {x},
                 [sizes = x.sizes(), dims, keepdim](const Tensor& g) -> TensorList {
                   const Shape rd = ops::reduce_dims("sum", dims, int64_t(sizes.size()));
@@ -82,6 +86,9 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
+  if (autocast::any_enabled()) [[unlikely]]
+    if (auto c = autograd::autocast_inputs(autograd::AutocastOp::mean, x))
+      return mean((*c)[0], dims, keepdim);
   return record("mean", ops::reduce(ReduceOp::mean, x, dims, keepdim), {x},
                 [sizes = x.sizes(), dims, keepdim](const Tensor& g) -> TensorList {
                   const Shape rd = ops::reduce_dims("mean", dims, int64_t(sizes.size()));
@@ -134,6 +141,9 @@ Tensor std(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim)
 }
 
 Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim) {
+  if (autocast::any_enabled()) [[unlikely]]
+    if (auto c = autograd::autocast_inputs(autograd::AutocastOp::norm, x))
+      return norm((*c)[0], p, dims, keepdim);
   return record("norm", ops::reduce(ReduceOp::norm, x, dims, keepdim, {1, p}), {x},
                 [x = save(x), p, dims, keepdim](const Tensor& g, const Tensor& y) -> TensorList {
                   const Shape rd = ops::reduce_dims("norm", dims, x->dim());
