@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ember/autocast_state.h"
 #include "ember/autograd/function.h"
 #include "ember/functions.h"
 #include "ember/ops/elementwise.h"
@@ -39,6 +40,25 @@ struct ByLatest {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
 };
 
+// Switches autocast off on every device type for its lifetime (restoring each afterwards).
+class AutocastOff {
+ public:
+  AutocastOff()
+      : cpu_(autocast::is_enabled(DeviceType::CPU)), cuda_(autocast::is_enabled(DeviceType::CUDA)) {
+    if (cpu_) autocast::set_enabled(DeviceType::CPU, false);
+    if (cuda_) autocast::set_enabled(DeviceType::CUDA, false);
+  }
+  ~AutocastOff() {
+    if (cpu_) autocast::set_enabled(DeviceType::CPU, true);
+    if (cuda_) autocast::set_enabled(DeviceType::CUDA, true);
+  }
+  AutocastOff(const AutocastOff&) = delete;
+  AutocastOff& operator=(const AutocastOff&) = delete;
+
+ private:
+  bool cpu_, cuda_;
+};
+
 // Runs backward from root nodes. With `captures` non-empty (autograd::grad), the gradients
 // reaching those nodes are returned, leaves are not accumulated, and only nodes that lead to
 // a capture run.
@@ -46,6 +66,9 @@ TensorList run_backward(const std::vector<std::shared_ptr<Node>>& roots, TensorL
                         bool retain_graph, bool create_graph,
                         const std::vector<std::shared_ptr<Node>>& captures) {
   AutoGradMode grad_mode(create_graph);
+  // Backward runs in the dtypes the forward chose, never re-autocast: a backward() called
+  // inside an autocast guard must compute the same gradients as one called outside it.
+  AutocastOff autocast_off;
   // As in PyTorch, where retain_graph defaults to create_graph: a differentiable gradient
   // refers to the saved tensors of the forward graph, so freeing them would make the very
   // next (higher-order) backward fail.

@@ -15,6 +15,7 @@
 #include "ember/tensor.h"
 
 // Libraries above autograd.
+#include "ember/amp.h"
 #include "ember/data.h"
 #include "ember/io.h"
 #include "ember/nn.h"

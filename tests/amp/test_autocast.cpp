@@ -272,6 +272,30 @@ TEST(AutocastDevices, CudaGuardDoesNotAffectCpu) {
   EXPECT_EQ(softmax(h, 1).dtype(), DType::bf16);
 }
 
+// The engine switches autocast off while it runs: a backward() called inside a guard computes
+// what one called outside computes. (Here the forward ran in f32 outside any guard, so a
+// re-autocast backward would run the matmul VJPs in bf16 and round the gradients.)
+TEST(AutocastDevices, BackwardInsideAGuardEqualsBackwardOutside) {
+  manual_seed(21);
+  Tensor w = randn({16, 16}).requires_grad_();
+  Tensor x = randn({8, 16});
+  auto forward = [&] {
+    Tensor h = softmax(x.matmul(w), 1).matmul(w);
+    return (h * h).sum();
+  };
+  forward().backward();
+  Tensor g_outside = w.grad().clone();
+  w.set_grad(Tensor());
+  Tensor loss = forward();
+  {
+    amp::autocast guard(Device::cpu(), DType::bf16);
+    loss.backward();
+    EXPECT_TRUE(amp::autocast_enabled(DeviceType::CPU));  // restored after backward
+  }
+  EXPECT_EQ(w.grad().dtype(), DType::f32);
+  EXPECT_TRUE(all_close(w.grad(), g_outside, 0, 0));
+}
+
 TEST(AutocastDevices, CpuGuardDoesNotAffectCuda) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   Tensor a = randn({2, 3}, Device::cuda()), b = randn({3, 2}, Device::cuda());
