@@ -5,6 +5,12 @@
 //
 //   build/bin/bench_mnist [--model mlp|cnn] [--steps N] [--batch-size B] [--device cpu|cuda]
 //                         [--threads T] [--python /usr/bin/python3] [--no-peer]
+//                         [--amp off|bf16|fp16]
+//
+// --amp runs ember's forward and loss under amp::autocast (fp16 adds amp::GradScaler, whose
+// step reads one device flag per step). The peer script has no AMP mode yet, so it still runs
+// f32: the result line says so ("peer_amp": "off") and the ratio then compares ember with AMP
+// against PyTorch in f32.
 //
 // Prints ember's per-phase times (forward, backward, optimizer) to show where a step goes,
 // then one `result: {json}` line with both rates and ratio = ember / peer (> 1: ember faster).
@@ -18,6 +24,7 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <ember/amp.h>
 #include <ember/ember.h>
 
 using namespace ember;
@@ -63,7 +70,7 @@ double ms_since(Clock::time_point t) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_name = "mlp", device_name = "cpu", python = "/usr/bin/python3";
+  std::string model_name = "mlp", device_name = "cpu", python = "/usr/bin/python3", amp_mode = "off";
   std::string data_dir = std::string(EMBER_SOURCE_DIR) + "/data/mnist";
   int64_t steps = 200, warmup = 10, batch = 128;
   int threads = omp_get_max_threads();
@@ -78,6 +85,8 @@ int main(int argc, char** argv) {
   app.add_option("--data", data_dir);
   app.add_option("--python", python, "the Python whose torch is the peer");
   app.add_flag("--no-peer", no_peer);
+  app.add_option("--amp", amp_mode, "ember's mixed precision: off, bf16 (autocast), fp16 (autocast + GradScaler)")
+      ->check(CLI::IsMember({"off", "bf16", "fp16"}));
   CLI11_PARSE(app, argc, argv);
   omp_set_num_threads(threads);
   const Device dev = device_name == "cuda" ? Device::cuda(0) : Device::cpu();
@@ -105,18 +114,26 @@ int main(int argc, char** argv) {
   model->to(dev);
   optim::AdamW opt(model->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
   Tensor perm = randperm(n).to(dev);
+  const bool use_amp = amp_mode != "off";
+  const DType amp_dtype = amp_mode == "fp16" ? DType::f16 : DType::bf16;
+  amp::GradScaler scaler({.enabled = amp_mode == "fp16"});  // bf16 needs no loss scaling
 
   double t_fwd = 0, t_bwd = 0, t_opt = 0;
   auto step = [&](int64_t i, bool timed) {
     const int64_t start = (i * batch) % (n - batch);
     Tensor idx = perm.narrow(0, start, batch);
     auto t0 = Clock::now();
-    Tensor loss = cross_entropy(model->forward(x_all.index_select(0, idx)), y_all.index_select(0, idx));
+    Tensor loss;
+    {
+      amp::autocast ac(dev, amp_dtype, use_amp);
+      loss = cross_entropy(model->forward(x_all.index_select(0, idx)), y_all.index_select(0, idx));
+    }
     auto t1 = Clock::now();
     opt.zero_grad();
-    loss.backward();
+    scaler.scale(loss).backward();
     auto t2 = Clock::now();
-    opt.step();
+    scaler.step(opt);
+    scaler.update();
     if (timed) {
       t_fwd += std::chrono::duration<double, std::milli>(t1 - t0).count();
       t_bwd += std::chrono::duration<double, std::milli>(t2 - t1).count();
@@ -133,9 +150,9 @@ int main(int argc, char** argv) {
   if (dev.is_cuda()) cuda::synchronize();
   const double seconds = ms_since(t0) / 1e3;
   const double ember_rate = double(steps * batch) / seconds;
-  std::printf("ember  %s %s batch %lld, %d threads, %s data: %.1f samples/s (%.3f ms/step: forward "
+  std::printf("ember  %s %s amp %s batch %lld, %d threads, %s data: %.1f samples/s (%.3f ms/step: forward "
               "%.3f, backward %.3f, optimizer %.3f), final loss %.4f\n",
-              model_name.c_str(), device_name.c_str(), (long long)batch, threads,
+              model_name.c_str(), device_name.c_str(), amp_mode.c_str(), (long long)batch, threads,
               real ? "MNIST" : "random", ember_rate, 1e3 * seconds / double(steps), t_fwd / double(steps),
               t_bwd / double(steps), t_opt / double(steps), loss.item<double>());
 
@@ -171,9 +188,9 @@ int main(int argc, char** argv) {
     if (peer_rate <= 0) std::printf("torch  peer did not run (is torch importable by %s?)\n", python.c_str());
   }
   std::printf("result: {\"bench\": \"mnist_train\", \"model\": \"%s\", \"device\": \"%s\", "
-              "\"batch\": %lld, \"threads\": %d, \"ember_samples_per_s\": %.1f, "
+              "\"amp\": \"%s\", \"peer_amp\": \"off\", \"batch\": %lld, \"threads\": %d, \"ember_samples_per_s\": %.1f, "
               "\"peer_samples_per_s\": %.1f, \"ratio\": %.3f, \"peer\": \"torch %s%s\"}\n",
-              model_name.c_str(), device_name.c_str(), (long long)batch, threads, ember_rate,
+              model_name.c_str(), device_name.c_str(), amp_mode.c_str(), (long long)batch, threads, ember_rate,
               peer_rate, peer_rate > 0 ? ember_rate / peer_rate : 0.0, peer_version.c_str(),
               peer_env.empty() ? "" : (" " + peer_env.substr(0, peer_env.size() - 1)).c_str());
   return 0;

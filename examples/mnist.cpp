@@ -6,6 +6,7 @@
 //   build/bin/mnist                                  # MLP, 1 epoch, CPU
 //   build/bin/mnist --model cnn --epochs 2 --checkpoint runs/cnn
 //   build/bin/mnist --model cnn --epochs 3 --checkpoint runs/cnn --resume   # continues
+//   build/bin/mnist --model cnn --amp bf16           # autocast (fp16: autocast + GradScaler)
 //
 // Recipe (as the PyTorch peer bench/peers/torch_mnist.py): MLP 784-512-256-10 with ReLU; CNN =
 // conv 32 (3x3), conv 64 (3x3), max-pool 2, dropout 0.25, fc 128, dropout 0.5, fc 10. AdamW,
@@ -21,6 +22,7 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <ember/amp.h>
 #include <ember/ember.h>
 
 #include "common/train_log.h"
@@ -124,6 +126,12 @@ int run(const Config& cfg) {
   else model = std::make_unique<Mlp>();
   model->to(dev);
   optim::AdamW opt(model->parameters(), {.lr = cfg.lr, .weight_decay = cfg.weight_decay});
+  // --amp: the forward and the loss run under autocast (GEMMs and convolutions in the low
+  // precision, parameters and the optimizer stay f32). fp16 needs loss scaling (its range is
+  // small, gradients underflow); bf16 has f32's range, so its scaler is disabled (a no-op).
+  const bool use_amp = cfg.amp != "off";
+  const DType amp_dtype = cfg.amp == "fp16" ? DType::f16 : DType::bf16;
+  amp::GradScaler scaler({.enabled = cfg.amp == "fp16"});
 
   // ---- resume ----
   int64_t step = 0;
@@ -136,6 +144,12 @@ int run(const Config& cfg) {
                   ", not for this run's --model ", cfg.model, " --batch-size ", cfg.batch_size);
       model->load_state_dict(ckpt->model);
       opt.load_state_dict(ckpt->optimizer);
+      if (scaler.is_enabled() && ckpt->meta.count("amp_scale")) {
+        StateDict sd = scaler.state_dict();
+        sd.set_scalar("scale", std::stod(ckpt->meta["amp_scale"]));
+        sd.set_int("growth_tracker", std::stoll(ckpt->meta["amp_growth_tracker"]));
+        scaler.load_state_dict(sd);
+      }
       default_generator(Device::cpu()).set_state(ckpt->rng);
       if (dev.is_cuda())
         default_generator(dev).set_state({std::stoull(ckpt->meta["rng_device_seed"]),
@@ -155,7 +169,15 @@ int run(const Config& cfg) {
     ckpt.step = at_step;
     ckpt.rng = default_generator(Device::cpu()).get_state();
     ckpt.meta = {{"model", cfg.model}, {"batch_size", std::to_string(cfg.batch_size)},
-                 {"seed", std::to_string(cfg.seed)}, {"train_loss", std::to_string(train_loss)}};
+                 {"seed", std::to_string(cfg.seed)}, {"train_loss", std::to_string(train_loss)},
+                 {"amp", cfg.amp}};
+    if (scaler.is_enabled()) {
+      const StateDict sd = scaler.state_dict();  // exact: the scale is a power of two
+      char scale[64];
+      std::snprintf(scale, sizeof scale, "%.17g", sd.scalar("scale"));
+      ckpt.meta["amp_scale"] = scale;
+      ckpt.meta["amp_growth_tracker"] = std::to_string(sd.integer("growth_tracker"));
+    }
     if (dev.is_cuda()) {
       ckpt.meta["rng_device_seed"] = std::to_string(default_generator(dev).get_state().seed);
       ckpt.meta["rng_device_offset"] = std::to_string(default_generator(dev).get_state().offset);
@@ -204,11 +226,16 @@ int run(const Config& cfg) {
     for (auto& [x, y] : loader) {
       if (step >= epoch_end) break;
       Tensor xd = x.to(dev, true), yd = y.to(dev, true);
-      Tensor logits = model->forward(xd);
-      Tensor loss = cross_entropy(logits, yd);
+      Tensor logits, loss;
+      {
+        amp::autocast ac(dev, amp_dtype, use_amp);
+        logits = model->forward(xd);
+        loss = cross_entropy(logits, yd);  // f32 under autocast
+      }
       opt.zero_grad();
-      loss.backward();
-      opt.step();
+      scaler.scale(loss).backward();
+      scaler.step(opt);  // a plain opt.step() unless fp16 found inf/NaN gradients
+      scaler.update();
       ++step;
       {
         NoGradGuard no_grad;
@@ -266,6 +293,7 @@ int run(const Config& cfg) {
       .text("device", cfg.device)
       .text("model", cfg.model)
       .text("dataset", cfg.dataset)
+      .text("amp", cfg.amp)
       .print();
   return 0;
 }
@@ -295,8 +323,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--log-every", cfg.log_every, "progress and metrics every N steps")->check(CLI::PositiveNumber);
   app.add_option("--out", cfg.out, "folder for metrics.csv and metrics.svg (default: --checkpoint or runs/mnist)");
-  app.add_option("--amp", cfg.amp, "mixed precision: off (fp16/bf16 arrive with the AMP library)")
-      ->check(CLI::IsMember({"off"}));
+  app.add_option("--amp", cfg.amp,
+                 "mixed precision: off, bf16 (autocast), or fp16 (autocast + GradScaler)")
+      ->check(CLI::IsMember({"off", "bf16", "fp16"}));
   CLI11_PARSE(app, argc, argv);
   try {
     return run(cfg);
