@@ -8,9 +8,8 @@
 //                         [--amp off|bf16|fp16]
 //
 // --amp runs ember's forward and loss under amp::autocast (fp16 adds amp::GradScaler, whose
-// step reads one device flag per step). The peer script has no AMP mode yet, so it still runs
-// f32: the result line says so ("peer_amp": "off") and the ratio then compares ember with AMP
-// against PyTorch in f32.
+// step reads one device flag per step), and the peer under torch.autocast (+ GradScaler for
+// fp16 on CUDA) with the same dtype.
 //
 // Prints ember's per-phase times (forward, backward, optimizer) to show where a step goes,
 // then one `result: {json}` line with both rates and ratio = ember / peer (> 1: ember faster).
@@ -168,7 +167,7 @@ int main(int argc, char** argv) {
       const std::string cmd = env + python + " " + script + " --model " + model_name + " --steps " +
                               std::to_string(steps) + " --warmup " + std::to_string(warmup) +
                               " --batch-size " + std::to_string(batch) + " --threads " +
-                              std::to_string(threads) + " --device " + device_name +
+                              std::to_string(threads) + " --device " + device_name + " --amp " + amp_mode +
                               (real ? " --data " + data_dir : " --random") + " 2>&1";
       FILE* p = popen(cmd.c_str(), "r");
       if (!p) continue;
@@ -188,7 +187,7 @@ int main(int argc, char** argv) {
     if (peer_rate <= 0) std::printf("torch  peer did not run (is torch importable by %s?)\n", python.c_str());
   }
   std::printf("result: {\"bench\": \"mnist_train\", \"model\": \"%s\", \"device\": \"%s\", "
-              "\"amp\": \"%s\", \"peer_amp\": \"off\", \"batch\": %lld, \"threads\": %d, \"ember_samples_per_s\": %.1f, "
+              "\"amp\": \"%s\", \"batch\": %lld, \"threads\": %d, \"ember_samples_per_s\": %.1f, "
               "\"peer_samples_per_s\": %.1f, \"ratio\": %.3f, \"peer\": \"torch %s%s\"}\n",
               model_name.c_str(), device_name.c_str(), amp_mode.c_str(), (long long)batch, threads, ember_rate,
               peer_rate, peer_rate > 0 ? ember_rate / peer_rate : 0.0, peer_version.c_str(),

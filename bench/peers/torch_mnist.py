@@ -11,6 +11,9 @@ held in memory (the input pipeline is not what is measured). After `--warmup` st
 times `--steps` training steps and prints one line:
 
     peer: <samples_per_s> <seconds> <torch version> <threads>
+
+--amp bf16|fp16 runs the forward and the loss under torch.autocast and, for fp16 on CUDA, a
+GradScaler (PyTorch 1.13's CPU autocast supports bf16 only, so fp16 on the CPU fails there).
 """
 import argparse
 import os
@@ -59,6 +62,8 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--random", action="store_true", help="random images instead of --data")
+    ap.add_argument("--amp", choices=["off", "bf16", "fp16"], default="off",
+                    help="torch.autocast (fp16 adds GradScaler on CUDA)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -85,12 +90,17 @@ def main():
     perm = torch.randperm(n, device=dev)
     b = args.batch_size
 
+    amp_dtype = torch.float16 if args.amp == "fp16" else torch.bfloat16
+    scaler = torch.cuda.amp.GradScaler(enabled=args.amp == "fp16" and dev.type == "cuda")
+
     def step(i):
         idx = perm[(i * b) % (n - b):(i * b) % (n - b) + b]
-        loss = F.cross_entropy(model(x_all[idx]), y_all[idx])
+        with torch.autocast(device_type=dev.type, dtype=amp_dtype, enabled=args.amp != "off"):
+            loss = F.cross_entropy(model(x_all[idx]), y_all[idx])
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         return loss
 
     for i in range(args.warmup):
