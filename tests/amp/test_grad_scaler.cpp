@@ -147,7 +147,9 @@ TEST_P(GradScalerTest, FusedUnscaleMatchesComposite) {
       if (poison && i == 2) continue;  // inf * s = inf: checked below
       EXPECT_TRUE(all_close(grads[i], expected[i], 0, 0)) << "gradient " << i;
     }
-    if (poison) EXPECT_TRUE(std::isinf(grads[2].select(0, 39999).item<double>()));
+    if (poison) {
+      EXPECT_TRUE(std::isinf(grads[2].select(0, 39999).item<double>()));
+    }
     // The flag accumulates and is never cleared by a clean pass.
     TensorList clean = {ones({5}, dev)};
     ops::amp_unscale_and_check_(clean, found, inv);

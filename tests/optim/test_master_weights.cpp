@@ -125,7 +125,9 @@ TEST(MasterWeights, StateDictRoundTripsBitExactly) {
   }
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_TRUE(test::all_close(b[i].detach(), a[i].detach(), 0, 0)) << "parameter " << i;
-    if (i < 2) EXPECT_TRUE(test::all_close(opt_b.state(i, "master"), opt_a.state(i, "master"), 0, 0));
+    if (i < 2) {
+      EXPECT_TRUE(test::all_close(opt_b.state(i, "master"), opt_a.state(i, "master"), 0, 0));
+    }
   }
   // A master for an f32 parameter is refused.
   StateDict bad = sd;
