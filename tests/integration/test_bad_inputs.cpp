@@ -1,0 +1,344 @@
+// The bad-input catalog: build/bin/mnist and build/bin/ember-info fed truncated, garbage,
+// empty and huge-dimension files and absurd flags. Every case must exit non-zero, by exit()
+// and not by a signal, with a message naming the file or the flag. The file cases run under
+// `ulimit -v` (kFileVmKb): a header that claims 2^31 images must be rejected before anything
+// that large is allocated. docs/reliability.md ("Bad-input catalog") counts the cases.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+#include <zlib.h>
+
+#include "support/test_support.h"
+
+#ifndef EMBER_BIN_DIR
+#error "EMBER_BIN_DIR must name the folder holding mnist and ember-info"
+#endif
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Virtual memory cap for the file cases (KiB): a few hundred MB above what the program
+// needs to start, far below what any corrupt header below claims.
+constexpr long kFileVmKb = 800000;
+
+struct ProcRun {
+  bool signaled = false;
+  int signal = 0;
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `program args...` through /bin/sh (for the ulimit, when vm_kb > 0) with `exec`, so the
+// status waitpid sees is the program's own: WIFSIGNALED tells a crash from an error exit.
+ProcRun run_program(const std::string& program, const std::vector<std::string>& args,
+                long vm_kb = 0) {
+  std::string script = vm_kb > 0 ? "ulimit -v " + std::to_string(vm_kb) + "; exec \"$0\" \"$@\""
+                                 : "exec \"$0\" \"$@\"";
+  std::vector<std::string> argv_s = {"/bin/sh", "-c", script, program};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : argv_s) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  ProcRun r;
+  int fds[2];
+  if (pipe(fds) != 0) return r;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    close(fds[1]);
+    execv("/bin/sh", argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  char buf[4096];
+  ssize_t got;
+  while ((got = read(fds[0], buf, sizeof buf)) > 0) r.output.append(buf, size_t(got));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.signaled = WIFSIGNALED(status);
+  if (r.signaled) r.signal = WTERMSIG(status);
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  return r;
+}
+
+std::string be32(uint32_t v) { return {char(v >> 24), char(v >> 16), char(v >> 8), char(v)}; }
+
+std::string idx(uint32_t magic, const std::vector<uint32_t>& dims, size_t payload_bytes,
+                uint8_t value = 1) {
+  std::string s = be32(magic);
+  for (uint32_t d : dims) s += be32(d);
+  return s + std::string(payload_bytes, char(value));
+}
+
+void put(const fs::path& p, const std::string& bytes) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+void put_gz(const fs::path& p, const std::string& bytes) {
+  gzFile g = gzopen(p.c_str(), "wb");
+  ASSERT_NE(g, nullptr);
+  gzwrite(g, bytes.data(), unsigned(bytes.size()));
+  gzclose(g);
+}
+
+// The clean-failure contract every case checks.
+void expect_clean_failure(const ProcRun& r, const std::string& must_mention, const std::string& what) {
+  SCOPED_TRACE(what + "\noutput:\n" + r.output);
+  EXPECT_FALSE(r.signaled) << "killed by signal " << r.signal;
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 127) << "the program did not start";
+  EXPECT_NE(r.output.find(must_mention), std::string::npos)
+      << "the message does not name '" << must_mention << "'";
+  EXPECT_EQ(r.output.find("error while loading shared libraries"), std::string::npos);
+}
+
+class BadInputs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("ember_bad_inputs_" + std::to_string(getpid()));
+    fs::remove_all(root_);
+    fs::create_directories(data());
+    // A valid small data set (12 train, 4 test images of 28x28); each case breaks one file.
+    put(data() / "train-images-idx3-ubyte", idx(2051, {12, 28, 28}, 12 * 784));
+    put(data() / "train-labels-idx1-ubyte", idx(2049, {12}, 12, 3));
+    put(data() / "t10k-images-idx3-ubyte", idx(2051, {4, 28, 28}, 4 * 784));
+    put(data() / "t10k-labels-idx1-ubyte", idx(2049, {4}, 4, 3));
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  fs::path data() const { return root_ / "data"; }
+
+  ProcRun mnist(std::vector<std::string> args, long vm_kb = kFileVmKb) const {
+    std::vector<std::string> all = {"--data", data().string(), "--out", (root_ / "out").string(),
+                                    "--max-steps", "1", "--workers", "0"};
+    all.insert(all.end(), args.begin(), args.end());
+    return run_program(std::string(EMBER_BIN_DIR) + "/mnist", all, vm_kb);
+  }
+  // Replaces data()/name with `bytes` and runs mnist; the message must name the file.
+  void file_case(const std::string& name, const std::string& bytes, const std::string& what) {
+    put(data() / name, bytes);
+    expect_clean_failure(mnist({}), name, what);
+  }
+
+  fs::path root_;
+};
+
+}  // namespace
+
+// ---- files ----
+
+TEST_F(BadInputs, ValidDataRuns) {
+  // The baseline the other cases break: one step on the valid files succeeds.
+  const ProcRun r = mnist({});
+  EXPECT_FALSE(r.signaled);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST_F(BadInputs, EmptyImages) { file_case("train-images-idx3-ubyte", "", "empty file"); }
+TEST_F(BadInputs, EmptyLabels) { file_case("train-labels-idx1-ubyte", "", "empty labels"); }
+
+TEST_F(BadInputs, GarbageImages) {
+  std::string junk(5000, '\0');
+  for (size_t i = 0; i < junk.size(); ++i) junk[i] = char((i * 2654435761u) >> 13);
+  file_case("train-images-idx3-ubyte", junk, "garbage bytes");
+}
+
+TEST_F(BadInputs, TextFileAsImages) {
+  file_case("train-images-idx3-ubyte", "<html>404 Not Found</html>\n", "an HTML error page");
+}
+
+TEST_F(BadInputs, TruncatedHeader) {
+  file_case("train-images-idx3-ubyte", idx(2051, {12, 28, 28}, 0).substr(0, 9), "cut header");
+}
+
+TEST_F(BadInputs, TruncatedPayload) {
+  file_case("train-images-idx3-ubyte", idx(2051, {12, 28, 28}, 6 * 784), "half the pixels");
+}
+
+TEST_F(BadInputs, TrailingBytes) {
+  file_case("train-images-idx3-ubyte", idx(2051, {12, 28, 28}, 12 * 784 + 7), "extra bytes");
+}
+
+TEST_F(BadInputs, HeaderClaims2Pow31Images) {
+  file_case("train-images-idx3-ubyte", idx(2051, {1u << 31, 28, 28}, 784),
+            "2^31 images in a 800-byte file");
+}
+
+TEST_F(BadInputs, HeaderClaimsHugeImages) {
+  file_case("train-images-idx3-ubyte", idx(2051, {1, 65535, 65535}, 784), "one 4 GB image");
+}
+
+TEST_F(BadInputs, HeaderDimsOverflow64Bits) {
+  file_case("train-images-idx3-ubyte", idx(2051, {0xffffffffu, 0xffffffffu, 0xffffffffu}, 0),
+            "dims whose product overflows 64 bits");
+}
+
+TEST_F(BadInputs, LabelsClaim2Pow31) {
+  file_case("train-labels-idx1-ubyte", idx(2049, {1u << 31}, 12, 3), "2^31 labels");
+}
+
+TEST_F(BadInputs, ZeroSizedImageDims) {
+  file_case("train-images-idx3-ubyte", idx(2051, {12, 0, 28}, 0), "images of 0x28");
+}
+
+TEST_F(BadInputs, LabelsFileAsImages) {
+  file_case("train-images-idx3-ubyte", idx(2049, {12}, 12, 3), "wrong magic");
+}
+
+TEST_F(BadInputs, WrongElementType) {
+  // Type code 0x0D (f32) instead of 0x08 (u8).
+  file_case("train-images-idx3-ubyte", be32(0x0D03) + be32(12) + be32(28) + be32(28), "f32 IDX");
+}
+
+TEST_F(BadInputs, LabelOutOfRange) {
+  file_case("train-labels-idx1-ubyte", idx(2049, {12}, 12, 10), "label 10");
+}
+
+TEST_F(BadInputs, CountMismatch) {
+  file_case("train-labels-idx1-ubyte", idx(2049, {11}, 11, 3), "11 labels for 12 images");
+}
+
+TEST_F(BadInputs, BrokenTestSplit) {
+  file_case("t10k-images-idx3-ubyte", idx(2051, {4, 28, 28}, 100), "truncated test images");
+}
+
+TEST_F(BadInputs, ImagesNot28x28) {
+  // Valid files of 4x4 images: the MLP's first layer refuses them (the message names the
+  // shapes, not the file).
+  put(data() / "train-images-idx3-ubyte", idx(2051, {12, 4, 4}, 12 * 16));
+  put(data() / "t10k-images-idx3-ubyte", idx(2051, {4, 4, 4}, 4 * 16));
+  expect_clean_failure(mnist({}), "784", "4x4 images for a 784-input MLP");
+}
+
+// Known gap (docs/reliability.md, "Bad-input catalog"): a data set of 0 images (even "0 images
+// of 4294967295x4294967295") loads, trains 0 steps, prints "test accuracy -nan%" and exits 0.
+// Enable once examples/mnist.cpp rejects an empty split.
+TEST_F(BadInputs, DISABLED_EmptyDataSet) {
+  put(data() / "train-images-idx3-ubyte", idx(2051, {0, 0xffffffffu, 0xffffffffu}, 0));
+  put(data() / "train-labels-idx1-ubyte", idx(2049, {0}, 0));
+  expect_clean_failure(mnist({}), "train-images-idx3-ubyte", "0 images");
+}
+
+TEST_F(BadInputs, GzipGarbage) {
+  fs::remove(data() / "train-images-idx3-ubyte");
+  put(data() / "train-images-idx3-ubyte.gz", std::string("\x1f\x8b\x08\x00garbage-garbage", 19));
+  expect_clean_failure(mnist({}), "train-images-idx3-ubyte.gz", "corrupt gzip");
+}
+
+TEST_F(BadInputs, GzipTruncated) {
+  fs::remove(data() / "train-images-idx3-ubyte");
+  const fs::path gz = data() / "train-images-idx3-ubyte.gz";
+  put_gz(gz, idx(2051, {12, 28, 28}, 12 * 784));
+  fs::resize_file(gz, fs::file_size(gz) / 2);
+  expect_clean_failure(mnist({}), "train-images-idx3-ubyte.gz", "half a gzip stream");
+}
+
+TEST_F(BadInputs, GzipHeaderClaims2Pow31Images) {
+  fs::remove(data() / "train-images-idx3-ubyte");
+  put_gz(data() / "train-images-idx3-ubyte.gz", idx(2051, {1u << 31, 28, 28}, 784));
+  expect_clean_failure(mnist({}), "train-images-idx3-ubyte.gz", "2^31 images in a tiny .gz");
+}
+
+TEST_F(BadInputs, ImagesAreAFolder) {
+  fs::remove(data() / "train-images-idx3-ubyte");
+  fs::create_directories(data() / "train-images-idx3-ubyte");
+  expect_clean_failure(mnist({}), "train-images-idx3-ubyte", "a folder where the file should be");
+}
+
+TEST_F(BadInputs, MissingFile) {
+  fs::remove(data() / "train-labels-idx1-ubyte");
+  expect_clean_failure(mnist({}), "train-labels-idx1-ubyte", "missing labels");
+}
+
+TEST_F(BadInputs, MissingDataFolder) {
+  const ProcRun r = run_program(std::string(EMBER_BIN_DIR) + "/mnist",
+                            {"--data", (root_ / "nowhere").string(), "--max-steps", "1"},
+                            kFileVmKb);
+  expect_clean_failure(r, "nowhere", "--data names no folder");
+}
+
+TEST_F(BadInputs, GarbageCheckpointOnResume) {
+  const fs::path ck = root_ / "ckpt";
+  fs::create_directories(ck / "step-00000001");
+  put(ck / "latest", "step-00000001\n");
+  for (const char* f : {"meta.safetensors", "model.safetensors", "optimizer.safetensors",
+                        "scheduler.safetensors"})
+    put(ck / "step-00000001" / f, std::string("\xff\xff\xff\xff\xff\xff\xff\x7f{}", 10));
+  expect_clean_failure(mnist({"--checkpoint", ck.string(), "--resume"}), "step-00000001",
+                       "a checkpoint of garbage files");
+}
+
+// ---- flags ----
+
+// Known gap (docs/reliability.md, "Bad-input catalog"): CLI11 saturates 99999999999999999999 to
+// INT64_MAX, and a batch larger than the training set runs 0 steps and exits 0 with
+// "test accuracy 0.00%". Enable once examples/mnist.cpp rejects it.
+TEST_F(BadInputs, DISABLED_BatchSizeBeyondInt64) {
+  expect_clean_failure(mnist({"--batch-size", "99999999999999999999"}), "--batch-size",
+                       "--batch-size 99999999999999999999");
+}
+
+struct FlagCase {
+  const char* program;  // "mnist" or "ember-info"
+  std::vector<std::string> args;
+  const char* must_mention;
+};
+
+class BadFlags : public BadInputs, public ::testing::WithParamInterface<FlagCase> {};
+
+TEST_P(BadFlags, RejectedWithTheFlagNamed) {
+  const FlagCase& c = GetParam();
+  ProcRun r;
+  if (std::string(c.program) == "mnist") {
+    r = mnist(c.args);
+  } else {
+    // ember-info reads no file; a CUDA build maps large libraries, so no ulimit here.
+    r = run_program(std::string(EMBER_BIN_DIR) + "/ember-info", c.args);
+  }
+  std::string what = c.program;
+  for (const auto& a : c.args) what += " " + a;
+  expect_clean_failure(r, c.must_mention, what);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Catalog, BadFlags,
+    ::testing::Values(
+        FlagCase{"mnist", {"--batch-size", "0"}, "--batch-size"},
+        FlagCase{"mnist", {"--batch-size", "-3"}, "--batch-size"},
+        FlagCase{"mnist", {"--batch-size", "abc"}, "--batch-size"},
+        FlagCase{"mnist", {"--epochs", "-1"}, "--epochs"},
+        FlagCase{"mnist", {"--epochs", "0"}, "--epochs"},
+        FlagCase{"mnist", {"--lr", "-1"}, "--lr"},
+        FlagCase{"mnist", {"--lr", "inf"}, "--lr"},
+        // NaN passes CLI11's PositiveNumber check; AdamW rejects it ("invalid learning rate").
+        FlagCase{"mnist", {"--lr", "nan"}, "learning rate"},
+        FlagCase{"mnist", {"--lr", "banana"}, "--lr"},
+        FlagCase{"mnist", {"--weight-decay", "-0.1"}, "--weight-decay"},
+        FlagCase{"mnist", {"--workers", "100000"}, "--workers"},
+        FlagCase{"mnist", {"--workers", "-1"}, "--workers"},
+        FlagCase{"mnist", {"--log-every", "0"}, "--log-every"},
+        FlagCase{"mnist", {"--max-steps", "-5"}, "--max-steps"},
+        FlagCase{"mnist", {"--model", "resnet"}, "--model"},
+        FlagCase{"mnist", {"--dataset", "cifar"}, "--dataset"},
+        FlagCase{"mnist", {"--device", "tpu"}, "--device"},
+        FlagCase{"mnist", {"--amp", "fp8"}, "--amp"},
+        FlagCase{"mnist", {"--no-such-flag"}, "--no-such-flag"},
+        FlagCase{"mnist", {"--batch-size"}, "--batch-size"},
+        FlagCase{"ember-info", {"--estimate", "banana"}, "banana"},
+        FlagCase{"ember-info", {"--estimate", "-5"}, "--estimate"},
+        FlagCase{"ember-info", {"--estimate"}, "--estimate"},
+        FlagCase{"ember-info", {"--estimate", "124M", "--dtype", "f8"}, "--dtype"},
+        FlagCase{"ember-info", {"--estimate", "124M", "--optimizer", "lion"}, "--optimizer"},
+        FlagCase{"ember-info", {"--estimate", "124M", "--layers", "many"}, "--layers"},
+        FlagCase{"ember-info", {"--no-such-flag"}, "--no-such-flag"}));
