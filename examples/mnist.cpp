@@ -23,6 +23,7 @@
 
 #include <CLI/CLI.hpp>
 #include <ember/amp.h>
+#include <ember/deterministic.h>
 #include <ember/ember.h>
 
 #include "common/train_log.h"
@@ -77,7 +78,7 @@ struct Config {
   int workers = 1;
   double lr = 1e-3, weight_decay = 0.01;
   uint64_t seed = 0;
-  bool resume = false;
+  bool resume = false, deterministic = false;
 };
 
 struct Eval {
@@ -326,7 +327,10 @@ int main(int argc, char** argv) {
   app.add_option("--amp", cfg.amp,
                  "mixed precision: off, bf16 (autocast), or fp16 (autocast + GradScaler)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));
+  app.add_flag("--deterministic", cfg.deterministic,
+               "ember::set_deterministic(true): deterministic algorithms only (docs/reliability.md)");
   CLI11_PARSE(app, argc, argv);
+  ember::set_deterministic(cfg.deterministic);
   try {
     return run(cfg);
   } catch (const Error& e) {

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "ember/autocast_state.h"
+#include "ember/autograd/anomaly.h"
 #include "ember/autograd/function.h"
 #include "ember/functions.h"
 #include "ember/ops/elementwise.h"
@@ -145,6 +146,7 @@ TensorList run_backward(const std::vector<std::shared_ptr<Node>>& roots, TensorL
     TensorList grads;
     if (run && g.defined()) {
       grads = n->apply(std::move(g));
+      if (is_anomaly_enabled()) detail::check_gradients(*n, grads);
       if (!retain_graph) n->release();
     }
     for (size_t i = 0; i < n->next_edges.size(); ++i) {
@@ -244,6 +246,8 @@ Tensor attach(std::shared_ptr<Node> node, const Tensor& output, const TensorList
                 "] internal error: an op returned its input as its output");
     node->next_edges.push_back(gradient_edge(t));
   }
+  // Anomaly mode: remember where this forward was called (off: one thread-local bool test).
+  if (is_anomaly_enabled()) [[unlikely]] node->forward_site = capture_forward_site();
   output.impl()->autograd_meta().grad_fn = std::move(node);
   return output;
 }

@@ -14,6 +14,8 @@
 
 namespace ember::autograd {
 
+struct ForwardSite;  // ember/autograd/anomaly.h
+
 class Node : public std::enable_shared_from_this<Node> {
  public:
   Node();
@@ -32,6 +34,8 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<std::function<Tensor(const Tensor&)>> pre_hooks;
   // Later nodes run first in backward: a topological order that also frees memory early.
   uint64_t sequence_nr() const { return sequence_nr_; }
+  // Where the forward of this node was called; recorded only under autograd::detect_anomaly.
+  std::unique_ptr<ForwardSite> forward_site;
 
  private:
   uint64_t sequence_nr_;

@@ -1,0 +1,26 @@
+// The process-wide determinism switch (PyTorch's torch.use_deterministic_algorithms).
+//
+// Note [Determinism]: what ember guarantees, with or without the switch, for the same
+// program, inputs, seed and build on the same machine:
+// - CPU kernels are bit-reproducible run to run: reductions add in a fixed order (a static
+//   partition of the work, never one that depends on thread timing), OpenMP loops use static
+//   schedules, and GEMMs go through Eigen with a fixed blocking. A result may still change
+//   with the NUMBER of threads (OMP_NUM_THREADS): a parallel reduction splits its sum into
+//   per-thread partials (docs/reliability.md lists which results do).
+// - CUDA kernels of ember's own use no floating-point atomics where order matters (embedding,
+//   index and scatter backward, max_pool2d backward, bias gradients reduce in a fixed order).
+// - RNG is counter-based (Philox) and seeded (manual_seed), so dropout masks replay.
+// - Data loading delivers batches in index order whatever the number of workers.
+// What the switch adds: code that could pick a nondeterministic implementation (today only
+// cuDNN's convolution algorithm choice in ops/cuda/conv.cu) must pick a deterministic one
+// when is_deterministic(), or throw rather than fall back. TF32 does not affect determinism
+// (it changes precision, not run-to-run results) and is left as it is.
+#pragma once
+
+namespace ember {
+
+// Default false. Global (not thread-local): it describes the whole process's run.
+void set_deterministic(bool enabled);
+bool is_deterministic();
+
+}  // namespace ember
