@@ -1,11 +1,13 @@
 // ember: one include for the whole user-facing API.
 #pragma once
 
+#include "ember/autograd/anomaly.h"
 #include "ember/autograd/engine.h"
 #include "ember/autograd/function.h"
 #include "ember/cuda.h"
 #include "ember/cuda_graph.h"
 #include "ember/cuda_memory.h"
+#include "ember/deterministic.h"
 #include "ember/factory.h"
 #include "ember/functions.h"
 #include "ember/grad_mode.h"

@@ -24,6 +24,7 @@
 #include <mutex>
 #include <vector>
 
+#include "ember/deterministic.h"
 #include "ember/cuda/stream_handle.h"
 #include "ember/ops/matmul_config.h"
 #include "kernels/conv.h"
@@ -181,6 +182,10 @@ AlgoChoice choose(Pass pass, const ConvSetup& s, Query query) {
   const Perf* pick = nullptr;
   for (int i = 0; i < returned && !pick; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC) pick = &perf[i];
+  // Under set_deterministic(true) a nondeterministic fallback is an error, not a silent choice.
+  EMBER_CHECK(pick != nullptr || !is_deterministic(), DeviceError,
+              "[conv2d] set_deterministic(true) but cuDNN offers no deterministic algorithm for this "
+              "convolution (pass ", int(pass), ")");
   for (int i = 0; i < returned && !pick; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS) pick = &perf[i];
   EMBER_CHECK(pick != nullptr, DeviceError, "[conv2d] cuDNN offers no algorithm for x ", s.key[3], "x",
