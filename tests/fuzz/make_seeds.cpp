@@ -7,7 +7,10 @@
 #include <iostream>
 #include <sstream>
 
-#include "ember/ember.h"
+#include "ember/factory.h"
+#include "ember/io/checkpoint.h"
+#include "ember/io/safetensors.h"
+#include "ember/random.h"
 #include "harness.h"
 
 namespace fs = std::filesystem;
