@@ -34,6 +34,10 @@ fi
 cmake --build "$BUILD_DIR" -j "$JOBS" --target "${TARGETS[@]}" fuzz_make_seeds
 "$BUILD_DIR/bin/fuzz_make_seeds" "$CORPUS_DIR" >/dev/null
 
+# The harness's scratch files (one folder per process) go here, removed at the end.
+export TMPDIR="$(cd "$BUILD_DIR" && pwd)/tmp"
+mkdir -p "$TMPDIR"
+trap 'rm -rf "$TMPDIR"' EXIT
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0

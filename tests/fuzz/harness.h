@@ -29,15 +29,13 @@ namespace ember_fuzz {
 // Separates the files packed into one input (the checkpoint target's files, MNIST's pair).
 inline constexpr std::string_view kSeparator = "\n@@EMBER-FILE@@\n";
 
-// A folder under $TMPDIR (or /tmp) unique to this process, created on first use.
+// A folder under $TMPDIR (or /tmp) unique to this process, (re)created on every call.
 inline const std::string& scratch_dir() {
   static const std::string dir = [] {
     const char* tmp = std::getenv("TMPDIR");
-    std::string d = std::string(tmp && *tmp ? tmp : "/tmp") + "/ember_fuzz_" +
-                    std::to_string(getpid());
-    std::filesystem::create_directories(d);
-    return d;
+    return std::string(tmp && *tmp ? tmp : "/tmp") + "/ember_fuzz_" + std::to_string(getpid());
   }();
+  std::filesystem::create_directories(dir);
   return dir;
 }
 

@@ -40,6 +40,7 @@ void replay(const std::string& target, void (*run)(const uint8_t*, size_t)) {
     const std::string bytes = slurp(f);
     EXPECT_NO_THROW(run(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
   }
+  fs::remove_all(ember_fuzz::scratch_dir());  // the harness's per-process scratch folder
 }
 
 }  // namespace
