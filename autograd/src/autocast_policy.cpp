@@ -21,6 +21,7 @@ constexpr PolicyRow kPolicyTable[] = {
     {matmul, "matmul", lower_precision},
     {linear, "linear", lower_precision},
     {conv2d, "conv2d", lower_precision},
+    {scaled_dot_product_attention, "scaled_dot_product_attention", lower_precision},
     // f32: exponentials, logs and long reductions, whose range (f16 overflows at 65504) or
     // accumulated rounding (bf16 keeps 8 bits) would cost accuracy.
     {softmax, "softmax", fp32},

@@ -100,6 +100,12 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 // weight [V, D], indices of any shape (i64 or i32) -> [..., D].
 Tensor embedding(const Tensor& weight, const Tensor& indices);
+// Fused attention softmax(scale * q k^T [+ causal mask]) v over q [B, H, Tq, D] and k, v
+// [B, H, Tk, D], never materializing the scores; scale defaults to 1/sqrt(D). causal hides
+// key j from query i when j > i + Tk - Tq (PyTorch's is_causal for Tq == Tk; the last Tq
+// positions of the sequence for a KV-cache step: Note [attention causal alignment]).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    bool causal = false, std::optional<double> scale = std::nullopt);
 // Zeroes each element with probability p and scales the rest by 1/(1-p) when training.
 Tensor dropout(const Tensor& x, double p, bool training = true);
 

@@ -25,6 +25,7 @@ using ember::Reduction;
 using ember::relu;
 using ember::sigmoid;
 using ember::silu;
+using ember::scaled_dot_product_attention;
 using ember::softmax;
 using ember::tanh;
 

@@ -1,0 +1,53 @@
+// Differentiable scaled dot-product attention: one fused forward kernel (output and per-row
+// logsumexp) and one fused backward kernel (dq, dk, dv from the saved inputs, output and
+// logsumexp), ops/include/ember/ops/attention.h. Under autocast it runs in the low-precision
+// dtype (the policy table's lower_precision row): its work is GEMMs, and the kernels keep the
+// softmax statistics and accumulators in f32.
+//
+// Double backward is not implemented: the gradients are recorded with a VJP that throws, so
+// differentiating them fails loudly instead of silently giving zeros.
+#include "autocast_policy.h"
+#include "ember/ops/attention.h"
+#include "ember/autograd/function.h"
+#include "ember/functions.h"
+
+namespace ember {
+
+using autograd::record;
+using autograd::save;
+
+namespace {
+
+Tensor no_double_backward(const Tensor& grad, std::initializer_list<Tensor> inputs) {
+  return record("scaled_dot_product_attention_backward", grad, inputs,
+                [](const Tensor&) -> TensorList {
+                  throw NotImplementedError(
+                      "[scaled_dot_product_attention_backward] double backward "
+                      "(differentiating this op's gradient) is not implemented");
+                });
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    bool causal, std::optional<double> scale) {
+  if (autocast::any_enabled()) [[unlikely]]
+    if (auto c = autograd::autocast_inputs(autograd::AutocastOp::scaled_dot_product_attention,
+                                           q, k, v))
+      return scaled_dot_product_attention((*c)[0], (*c)[1], (*c)[2], causal, scale);
+  ops::AttentionForward f = ops::scaled_dot_product_attention_forward(q, k, v, causal, scale);
+  return record("scaled_dot_product_attention", f.out, {q, k, v},
+                [q = save(q), k = save(k), v = save(v), lse = f.lse, causal,
+                 scale](const Tensor& g, const Tensor& out) -> TensorList {
+                  const Tensor& qv = q;
+                  const Tensor& kv = k;
+                  const Tensor& vv = v;
+                  ops::AttentionBackward b = ops::scaled_dot_product_attention_backward(
+                      g, qv, kv, vv, out.detach(), lse, causal, scale);
+                  return {no_double_backward(b.dq, {g, qv, kv, vv}),
+                          no_double_backward(b.dk, {g, qv, kv, vv}),
+                          no_double_backward(b.dv, {g, qv, kv})};
+                });
+}
+
+}  // namespace ember

@@ -1,0 +1,237 @@
+// CPU driver for the attention family: scaled dot-product attention forward and backward,
+// blocked FlashAttention-2 style.
+//
+// Invariants:
+// - Never materializes the Tq x Tk scores: the forward walks key blocks of kBk rows for a
+//   block of kBq queries, keeping a running row max m, sum l and unnormalized output
+//   (online softmax: a new block rescales them by exp(m_old - m_new)). Block products are
+//   Eigen GEMMs on row-major maps, so the work is cache-resident and vectorized.
+// - Compute type C: f64 for f64, f32 otherwise. 16-bit inputs are converted to f32 once per
+//   call (O(T D), small next to the O(T^2 D) work), and outputs rounded once on store.
+// - Causal masking (Note [attention causal alignment]): query i sees keys j <= i + Tk - Tq.
+//   Key blocks entirely above the diagonal are skipped (forward) and query blocks entirely
+//   before it are skipped (backward); only blocks straddling it are masked element-wise.
+// - Backward recomputes P = exp(scale * q k^T - lse) block by block from the saved lse, with
+//   Delta_i = sum_d dO_id O_id: dV += P^T dO, dS = P * (dO V^T - Delta), dQ += scale dS K,
+//   dK += scale dS^T Q.
+// - Parallelism: the forward runs one task per (batch*head, query block), the backward one
+//   per batch*head (each owns its dQ, dK, dV rows, so no reduction across threads). Every
+//   task computes the same way whatever the thread count, so results are reproducible.
+//   Eigen runs single-threaded inside the parallel region. Nothing in it throws.
+#include <omp.h>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <Eigen/Core>
+#pragma GCC diagnostic pop
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/attention.h"
+
+namespace ember::ops::cpu {
+
+namespace {
+
+constexpr int64_t kBq = 64;   // query rows per block
+constexpr int64_t kBk = 64;   // key rows per block
+constexpr double kParallelMinMacs = 1 << 18;  // below this, one thread is faster
+
+template <class C>
+using Mat = Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class C>
+using MapM = Eigen::Map<Mat<C>>;
+template <class C>
+using CMapM = Eigen::Map<const Mat<C>>;
+
+// The elements of `t` (contiguous) in the compute type: the storage itself when it already
+// is, else a converted copy held in `buf`.
+template <class C, class S>
+const C* as_compute(const Tensor& t, std::vector<C>& buf) {
+  const S* p = t.data_ptr<S>();
+  if constexpr (std::is_same_v<S, C>) {
+    return p;
+  } else {
+    const int64_t n = t.numel();
+    buf.resize(size_t(n));
+#pragma omp parallel for schedule(static) if (n > (int64_t(1) << 16) && !omp_in_parallel())
+    for (int64_t i = 0; i < n; ++i) buf[size_t(i)] = C(p[i]);
+    return buf.data();
+  }
+}
+
+// Sets to -inf the scores of block rows [i0, i0+nq) x cols [j0, j0+nk) that the causal mask
+// hides (key j visible to query i when j <= i + off).
+template <class C>
+void mask_block(MapM<C>& s, int64_t i0, int64_t j0, int64_t nq, int64_t nk, int64_t off) {
+  const C ninf = -std::numeric_limits<C>::infinity();
+  for (int64_t r = 0; r < nq; ++r) {
+    const int64_t first_hidden = std::max<int64_t>(0, i0 + r + off + 1 - j0);
+    for (int64_t c = first_hidden; c < nk; ++c) s(r, c) = ninf;
+  }
+}
+
+template <class S>
+void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                   const Tensor& lse, bool causal, double scale_d) {
+  using C = std::conditional_t<std::is_same_v<S, double>, double, float>;
+  const int64_t BH = q.sizes()[0] * q.sizes()[1], Tq = q.sizes()[2], Tk = k.sizes()[2],
+                D = q.sizes()[3];
+  const int64_t off = Tk - Tq;
+  const C scale = C(scale_d);
+  std::vector<C> qbuf, kbuf, vbuf;
+  const C* qp = as_compute<C, S>(q, qbuf);
+  const C* kp = as_compute<C, S>(k, kbuf);
+  const C* vp = as_compute<C, S>(v, vbuf);
+  S* op = out.data_ptr<S>();
+  C* lp = lse.data_ptr<C>();
+  const int64_t qblocks = (Tq + kBq - 1) / kBq;
+  const int64_t tasks = BH * qblocks;
+  const double macs = double(BH) * double(Tq) * double(Tk) * double(D) * 2;
+
+#pragma omp parallel if (macs > kParallelMinMacs && tasks > 1)
+  {
+    std::vector<C> sbuf(static_cast<size_t>(kBq * kBk)), accbuf(static_cast<size_t>(kBq * D)),
+        m(static_cast<size_t>(kBq)), l(static_cast<size_t>(kBq));
+#pragma omp for schedule(dynamic)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t bh = t / qblocks, i0 = (t % qblocks) * kBq;
+      const int64_t nq = std::min(kBq, Tq - i0);
+      CMapM<C> qb(qp + (bh * Tq + i0) * D, nq, D);
+      MapM<C> acc(accbuf.data(), nq, D);
+      acc.setZero();
+      std::fill(m.begin(), m.end(), -std::numeric_limits<C>::infinity());
+      std::fill(l.begin(), l.end(), C(0));
+      // Keys past the last query's diagonal are invisible to the whole block.
+      const int64_t kend = causal ? std::min(Tk, i0 + nq + off) : Tk;
+      for (int64_t j0 = 0; j0 < kend; j0 += kBk) {
+        const int64_t nk = std::min(kBk, kend - j0);
+        CMapM<C> kb(kp + (bh * Tk + j0) * D, nk, D);
+        CMapM<C> vb(vp + (bh * Tk + j0) * D, nk, D);
+        MapM<C> s(sbuf.data(), nq, nk);
+        s.noalias() = qb * kb.transpose();
+        s *= scale;
+        if (causal && j0 + nk - 1 > i0 + off) mask_block(s, i0, j0, nq, nk, off);
+        for (int64_t r = 0; r < nq; ++r) {
+          auto row = s.row(r).array();
+          const C mnew = std::max(m[size_t(r)], row.maxCoeff());
+          // Every row sees key 0 in the first block (off >= 0), so mnew is finite from then on.
+          const C alpha = std::exp(m[size_t(r)] - mnew);
+          row = (row - mnew).exp();
+          l[size_t(r)] = l[size_t(r)] * alpha + row.sum();
+          acc.row(r) *= alpha;
+          m[size_t(r)] = mnew;
+        }
+        acc.noalias() += s * vb;
+      }
+      for (int64_t r = 0; r < nq; ++r) {
+        const C inv = C(1) / l[size_t(r)];
+        S* o = op + (bh * Tq + i0 + r) * D;
+        for (int64_t d = 0; d < D; ++d) o[d] = S(acc(r, d) * inv);
+        lp[bh * Tq + i0 + r] = m[size_t(r)] + std::log(l[size_t(r)]);
+      }
+    }
+  }
+}
+
+template <class S>
+void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v,
+                   const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
+                   const Tensor& dv, bool causal, double scale_d) {
+  using C = std::conditional_t<std::is_same_v<S, double>, double, float>;
+  const int64_t BH = q.sizes()[0] * q.sizes()[1], Tq = q.sizes()[2], Tk = k.sizes()[2],
+                D = q.sizes()[3];
+  const int64_t off = Tk - Tq;
+  const C scale = C(scale_d);
+  std::vector<C> qbuf, kbuf, vbuf, gbuf, obuf;
+  const C* qp = as_compute<C, S>(q, qbuf);
+  const C* kp = as_compute<C, S>(k, kbuf);
+  const C* vp = as_compute<C, S>(v, vbuf);
+  const C* gp = as_compute<C, S>(grad, gbuf);
+  const C* op = as_compute<C, S>(out, obuf);
+  const C* lp = lse.data_ptr<C>();
+  S* dqp = dq.data_ptr<S>();
+  S* dkp = dk.data_ptr<S>();
+  S* dvp = dv.data_ptr<S>();
+  const double macs = double(BH) * double(Tq) * double(Tk) * double(D) * 5;
+
+#pragma omp parallel if (macs > kParallelMinMacs && BH > 1)
+  {
+    std::vector<C> sbuf(static_cast<size_t>(kBq * kBk)), dpbuf(static_cast<size_t>(kBq * kBk)),
+        dkbuf(static_cast<size_t>(kBk * D)), dvbuf(static_cast<size_t>(kBk * D)),
+        dqbuf(static_cast<size_t>(Tq * D)), delta(static_cast<size_t>(Tq));
+#pragma omp for schedule(dynamic)
+    for (int64_t bh = 0; bh < BH; ++bh) {
+      const C* qh = qp + bh * Tq * D;
+      const C* kh = kp + bh * Tk * D;
+      const C* vh = vp + bh * Tk * D;
+      const C* gh = gp + bh * Tq * D;
+      const C* oh = op + bh * Tq * D;
+      const C* lh = lp + bh * Tq;
+      for (int64_t i = 0; i < Tq; ++i) {
+        C s = 0;
+        for (int64_t d = 0; d < D; ++d) s += gh[i * D + d] * oh[i * D + d];
+        delta[size_t(i)] = s;
+      }
+      MapM<C> dqa(dqbuf.data(), Tq, D);
+      dqa.setZero();
+      for (int64_t j0 = 0; j0 < Tk; j0 += kBk) {
+        const int64_t nk = std::min(kBk, Tk - j0);
+        CMapM<C> kb(kh + j0 * D, nk, D);
+        CMapM<C> vb(vh + j0 * D, nk, D);
+        MapM<C> dka(dkbuf.data(), nk, D), dva(dvbuf.data(), nk, D);
+        dka.setZero();
+        dva.setZero();
+        // Query rows that see at least one key of this block: i + off >= j0.
+        const int64_t qstart = causal ? std::max<int64_t>(0, j0 - off) / kBq * kBq : 0;
+        for (int64_t i0 = qstart; i0 < Tq; i0 += kBq) {
+          const int64_t nq = std::min(kBq, Tq - i0);
+          CMapM<C> qb(qh + i0 * D, nq, D);
+          CMapM<C> gb(gh + i0 * D, nq, D);
+          MapM<C> p(sbuf.data(), nq, nk), dp(dpbuf.data(), nq, nk);
+          p.noalias() = qb * kb.transpose();
+          p *= scale;
+          if (causal && j0 + nk - 1 > i0 + off) mask_block(p, i0, j0, nq, nk, off);
+          for (int64_t r = 0; r < nq; ++r) p.row(r).array() = (p.row(r).array() - lh[i0 + r]).exp();
+          dva.noalias() += p.transpose() * gb;
+          dp.noalias() = gb * vb.transpose();
+          for (int64_t r = 0; r < nq; ++r)
+            dp.row(r).array() = p.row(r).array() * (dp.row(r).array() - delta[size_t(i0 + r)]);
+          dqa.middleRows(i0, nq).noalias() += scale * (dp * kb);
+          dka.noalias() += scale * (dp.transpose() * qb);
+        }
+        S* dkh = dkp + (bh * Tk + j0) * D;
+        S* dvh = dvp + (bh * Tk + j0) * D;
+        for (int64_t e = 0; e < nk * D; ++e) {
+          dkh[e] = S(dkbuf[size_t(e)]);
+          dvh[e] = S(dvbuf[size_t(e)]);
+        }
+      }
+      S* dqh = dqp + bh * Tq * D;
+      for (int64_t e = 0; e < Tq * D; ++e) dqh[e] = S(dqbuf[size_t(e)]);
+    }
+  }
+}
+
+}  // namespace
+
+void attention_fwd_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                          const Tensor& lse, bool causal, double scale) {
+  visit_floating(q.dtype(), [&](auto tag) {
+    attention_fwd<decltype(tag)>(q, k, v, out, lse, causal, scale);
+  });
+}
+
+void attention_bwd_kernel(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& out, const Tensor& lse, const Tensor& dq,
+                          const Tensor& dk, const Tensor& dv, bool causal, double scale) {
+  visit_floating(q.dtype(), [&](auto tag) {
+    attention_bwd<decltype(tag)>(grad, q, k, v, out, lse, dq, dk, dv, causal, scale);
+  });
+}
+
+}  // namespace ember::ops::cpu
