@@ -1,0 +1,162 @@
+// nn::GPT: the GPT-2 language model (nanoGPT / llm.c's architecture), with KV-cache
+// generation and per-block activation recomputation.
+//
+//   nn::GPT model(nn::GPTConfig::preset("gpt2-small"));
+//   model.to(Device::cuda());
+//   optim::AdamW opt(model.configure_optimizer_groups<optim::AdamWOptions>(0.1, {.lr = 6e-4}));
+//   Tensor loss = model.forward(idx, targets);   // idx, targets [B, T] i64
+//
+// Invariants:
+// - Parameter names are GPT-2's (HF "transformer." prefix dropped; nanoGPT's names without
+//   it): wte, wpe, h.<i>.ln_1, h.<i>.attn.c_attn, h.<i>.attn.c_proj, h.<i>.ln_2,
+//   h.<i>.mlp.c_fc, h.<i>.mlp.c_proj, ln_f. Linear weights are [out, in] (nanoGPT / llm.c
+//   layout; HF's Conv1D stores the transpose). The lm_head is tied to wte: there is no
+//   lm_head parameter, the logits are x wte^T, and the state dict holds wte.weight once.
+// - The vocabulary is padded to padded_vocab_size (a multiple of 64/128 for fast GEMMs, as
+//   llm.c): wte has padded_vocab_size rows, forward returns padded logits, and the loss and
+//   sampling only ever see the first vocab_size columns, so padded tokens take no
+//   probability mass (their rows are initialized to zero and get no gradient).
+// - Blocks are pre-LayerNorm: x += attn(ln_1(x)); x += mlp(ln_2(x)); the MLP is 4x with
+//   tanh-GELU; attention is the fused causal scaled_dot_product_attention.
+// - Init (GPT-2): weights and embeddings ~ N(0, 0.02), the residual projections (c_proj)
+//   ~ N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weight 1 / bias 0; drawn from `gen`
+//   (the default CPU generator when null), so a seed gives the same model on every device.
+// - KV cache (Note [attention causal alignment]): a cached forward appends each layer's new
+//   keys and values to the cache and attends with the new tokens as the last queries of the
+//   sequence; its logits equal the full forward's at the same positions.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ember/nn/layers.h"
+#include "ember/random.h"
+
+namespace ember::optim {
+template <class Options>
+struct ParamGroup;  // ember/optim/optimizer.h (optim sits beside nn, not below it)
+}
+
+namespace ember::nn {
+
+struct GPTConfig {
+  int64_t n_layer = 12, n_head = 12, n_embd = 768, block_size = 1024, vocab_size = 50257;
+  // Rows of wte / columns of the logits: vocab_size rounded up for GEMM-friendly shapes.
+  int64_t padded_vocab_size = 50304;
+  float dropout = 0;
+  // "gpt2-small" (also "gpt2"): 12 layers, 12 heads, 768 wide, block 1024, vocab 50257
+  // padded to 50304. "tiny": 2 layers, 2 heads, 64 wide, block 64, same vocabulary.
+  // Throws ValueError for other names.
+  static GPTConfig preset(std::string_view name);
+};
+
+// Per-layer keys and values [B, H, T_past, D] of the tokens seen so far.
+struct KVCache {
+  std::vector<Tensor> k, v;
+  int64_t length() const { return k.empty() || !k[0].defined() ? 0 : k[0].sizes()[2]; }
+  void clear() {
+    k.clear();
+    v.clear();
+  }
+};
+
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(const GPTConfig& config);
+  // x [B, T, C]. With a cache, appends this call's keys/values to (*cache)[layer] first.
+  Tensor forward(const Tensor& x, KVCache* cache = nullptr, size_t layer = 0) const;
+  std::string type_name() const override { return "CausalSelfAttention"; }
+
+  int64_t n_head, n_embd;
+  double dropout;
+  Linear c_attn, c_proj;
+};
+
+class MLP : public Module {
+ public:
+  MLP(const GPTConfig& config);
+  Tensor forward(const Tensor& x) const;
+  std::string type_name() const override { return "MLP"; }
+
+  double dropout;
+  Linear c_fc, c_proj;
+};
+
+class Block : public Module {
+ public:
+  Block(const GPTConfig& config);
+  Tensor forward(const Tensor& x, KVCache* cache = nullptr, size_t layer = 0) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  std::string type_name() const override { return "Block"; }
+
+  LayerNorm ln_1;
+  CausalSelfAttention attn;
+  LayerNorm ln_2;
+  MLP mlp;
+};
+
+class GPT : public Module {
+ public:
+  explicit GPT(const GPTConfig& config, Generator* gen = nullptr);
+
+  // idx [B, T] integer tokens (T <= block_size) -> logits [B, T, padded_vocab_size].
+  Tensor forward(const Tensor& idx) const;
+  // Mean cross-entropy of the logits' first vocab_size columns against targets [B, T];
+  // targets equal to -1 are ignored (nanoGPT's convention).
+  Tensor forward(const Tensor& idx, const Tensor& targets) const;
+  // The new tokens idx [B, T_new] after the cache's T_past tokens (T_past + T_new <=
+  // block_size); appends their keys/values to the cache. Logits [B, T_new, padded_vocab].
+  Tensor forward(const Tensor& idx, KVCache& cache) const;
+
+  // Appends max_new_tokens sampled tokens to prompt [B, T] (or [T]) and returns [B, T + n]
+  // (or [T + n]). Each step: the last logits over the real vocabulary / temperature, only
+  // the top_k largest kept (top_k <= 0: all), softmax, one draw from gen (the default CPU
+  // generator when null); temperature <= 0 picks the argmax. Runs without grad through the
+  // KV cache; when the sequence outgrows block_size the context is cropped to the last
+  // block_size tokens (nanoGPT) and the cache rebuilt. Dropout applies in training mode:
+  // call eval() first.
+  Tensor generate(const Tensor& prompt, int64_t max_new_tokens, double temperature = 1.0,
+                  int64_t top_k = 0, Generator* gen = nullptr) const;
+
+  // Distinct parameter elements; non_embedding leaves out the position embeddings (nanoGPT's
+  // get_num_params default). The tied token embedding is always counted (once).
+  int64_t num_parameters(bool non_embedding = true) const;
+
+  // Parameters that take weight decay (2-D and up: Linear weights, embeddings) and those
+  // that do not (biases, LayerNorm), each tensor once.
+  std::pair<std::vector<Tensor>, std::vector<Tensor>> decay_and_no_decay_parameters() const;
+  // Two optimizer groups from `options`: the decayed parameters with weight_decay, the others
+  // with 0 (nanoGPT's configure_optimizers). Options is an optim options struct
+  // (optim::AdamWOptions, ...); include <ember/optim.h> where this is called.
+  template <class Options>
+  std::vector<optim::ParamGroup<Options>> configure_optimizer_groups(double weight_decay,
+                                                                     Options options = {}) const {
+    auto [decay, no_decay] = decay_and_no_decay_parameters();
+    Options with = options, without = options;
+    with.weight_decay = weight_decay;
+    without.weight_decay = 0;
+    std::vector<optim::ParamGroup<Options>> groups;
+    groups.push_back({std::move(decay), with});
+    groups.push_back({std::move(no_decay), without});
+    return groups;
+  }
+
+  std::string type_name() const override { return "GPT"; }
+
+  GPTConfig config;
+  // Wrap each block in autograd::checkpoint: activations inside a block are recomputed in
+  // backward instead of kept (less memory, one more forward of each block).
+  bool recompute = false;
+  Embedding wte, wpe;
+  Module h;  // children "0", "1", ...: the blocks
+  std::vector<std::shared_ptr<Block>> blocks;
+  LayerNorm ln_f;
+
+ private:
+  Tensor trunk(const Tensor& idx, KVCache* cache) const;
+};
+
+}  // namespace ember::nn

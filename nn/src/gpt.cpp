@@ -1,0 +1,266 @@
+// nn::GPT (see the invariants in ember/nn/gpt.h).
+#include "ember/nn/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "ember/autograd/engine.h"
+#include "ember/factory.h"
+#include "ember/grad_mode.h"
+#include "ember/nn/functional.h"
+#include "ember/nn/init.h"
+
+namespace ember::nn {
+
+namespace F = functional;
+
+GPTConfig GPTConfig::preset(std::string_view name) {
+  GPTConfig c;
+  if (name == "gpt2-small" || name == "gpt2") return c;
+  if (name == "tiny") {
+    c.n_layer = 2;
+    c.n_head = 2;
+    c.n_embd = 64;
+    c.block_size = 64;
+    return c;
+  }
+  throw ValueError(str("[GPTConfig] unknown preset '", std::string(name),
+                       "' (known: gpt2-small, gpt2, tiny)"));
+}
+
+namespace {
+
+void check_config(const GPTConfig& c) {
+  EMBER_CHECK(c.n_layer >= 1 && c.n_head >= 1 && c.n_embd >= 1 && c.block_size >= 1 &&
+                  c.vocab_size >= 1,
+              ValueError, "[GPT] sizes must be positive: n_layer ", c.n_layer, ", n_head ",
+              c.n_head, ", n_embd ", c.n_embd, ", block_size ", c.block_size, ", vocab_size ",
+              c.vocab_size);
+  EMBER_CHECK(c.n_embd % c.n_head == 0, ValueError, "[GPT] n_embd ", c.n_embd,
+              " is not a multiple of n_head ", c.n_head);
+  EMBER_CHECK(c.padded_vocab_size >= c.vocab_size, ValueError, "[GPT] padded_vocab_size ",
+              c.padded_vocab_size, " is smaller than vocab_size ", c.vocab_size);
+  EMBER_CHECK(c.dropout >= 0 && c.dropout < 1, ValueError, "[GPT] dropout must be in [0, 1), got ",
+              c.dropout);
+}
+
+Tensor maybe_dropout(const Tensor& x, double p, bool training) {
+  return p > 0 && training ? F::dropout(x, p, true) : x;
+}
+
+}  // namespace
+
+CausalSelfAttention::CausalSelfAttention(const GPTConfig& c)
+    : n_head(c.n_head), n_embd(c.n_embd), dropout(c.dropout), c_attn(c.n_embd, 3 * c.n_embd),
+      c_proj(c.n_embd, c.n_embd) {
+  register_module("c_attn", c_attn);
+  register_module("c_proj", c_proj);
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x, KVCache* cache, size_t layer) const {
+  const int64_t B = x.sizes()[0], T = x.sizes()[1], D = n_embd / n_head;
+  // [B, T, 3C] viewed as [B, T, 3, H, D]; q, k, v are [B, H, T, D] views of it (the fused
+  // attention copies them contiguous).
+  Tensor qkv = c_attn(x).view({B, T, 3, n_head, D});
+  Tensor q = qkv.select(2, 0).transpose(1, 2);
+  Tensor k = qkv.select(2, 1).transpose(1, 2);
+  Tensor v = qkv.select(2, 2).transpose(1, 2);
+  if (cache) {
+    if (cache->k.size() <= layer) {
+      cache->k.resize(layer + 1);
+      cache->v.resize(layer + 1);
+    }
+    Tensor& ck = cache->k[layer];
+    Tensor& cv = cache->v[layer];
+    ck = ck.defined() ? cat({ck, k}, 2) : k.contiguous();
+    cv = cv.defined() ? cat({cv, v}, 2) : v.contiguous();
+    k = ck;
+    v = cv;
+  }
+  Tensor y = F::scaled_dot_product_attention(q, k, v, /*causal=*/true);
+  y = y.transpose(1, 2).reshape({B, T, n_embd});
+  return maybe_dropout(c_proj(y), dropout, is_training());
+}
+
+MLP::MLP(const GPTConfig& c)
+    : dropout(c.dropout), c_fc(c.n_embd, 4 * c.n_embd), c_proj(4 * c.n_embd, c.n_embd) {
+  register_module("c_fc", c_fc);
+  register_module("c_proj", c_proj);
+}
+
+Tensor MLP::forward(const Tensor& x) const {
+  return maybe_dropout(c_proj(F::gelu(c_fc(x), "tanh")), dropout, is_training());
+}
+
+Block::Block(const GPTConfig& c) : ln_1(Shape{c.n_embd}), attn(c), ln_2(Shape{c.n_embd}), mlp(c) {
+  register_module("ln_1", ln_1);
+  register_module("attn", attn);
+  register_module("ln_2", ln_2);
+  register_module("mlp", mlp);
+}
+
+Tensor Block::forward(const Tensor& x, KVCache* cache, size_t layer) const {
+  Tensor h = x + attn.forward(ln_1(x), cache, layer);
+  return h + mlp.forward(ln_2(h));
+}
+
+GPT::GPT(const GPTConfig& c, Generator* gen)
+    : config((check_config(c), c)),
+      wte(c.padded_vocab_size, c.n_embd),
+      wpe(c.block_size, c.n_embd),
+      ln_f(Shape{c.n_embd}) {
+  register_module("wte", wte);
+  register_module("wpe", wpe);
+  register_module("h", h);
+  for (int64_t i = 0; i < c.n_layer; ++i)
+    blocks.push_back(h.register_module(std::to_string(i), std::make_shared<Block>(c)));
+  register_module("ln_f", ln_f);
+
+  // GPT-2 init, in registration order from one generator.
+  const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * double(c.n_layer));
+  NoGradGuard no_grad;
+  init::normal_(wte.weight, 0.0, std, gen);
+  if (c.padded_vocab_size > c.vocab_size)  // padded tokens: never looked up, never predicted
+    wte.weight.narrow(0, c.vocab_size, c.padded_vocab_size - c.vocab_size).fill_(0);
+  init::normal_(wpe.weight, 0.0, std, gen);
+  for (auto& b : blocks) {
+    for (Linear* l : {&b->attn.c_attn, &b->attn.c_proj, &b->mlp.c_fc, &b->mlp.c_proj}) {
+      const bool residual = l == &b->attn.c_proj || l == &b->mlp.c_proj;
+      init::normal_(l->weight, 0.0, residual ? proj_std : std, gen);
+      init::zeros_(l->bias);
+    }
+  }
+}
+
+Tensor GPT::trunk(const Tensor& idx, KVCache* cache) const {
+  EMBER_CHECK(idx.dim() == 2 && is_integral(idx.dtype()), ShapeError,
+              "[GPT] expects integer token ids [B, T], got ", idx.dtype(), " ", idx.sizes());
+  const int64_t T = idx.sizes()[1];
+  const int64_t past = cache ? cache->length() : 0;
+  EMBER_CHECK(T >= 1 && past + T <= config.block_size, ShapeError, "[GPT] sequence of ", past + T,
+              " tokens (", past, " cached + ", T, " new) does not fit block_size ",
+              config.block_size);
+  Tensor pos = arange(past, past + T, 1, TensorOptions(idx.device()).dtype(DType::i64));
+  Tensor x = maybe_dropout(wte(idx) + wpe(pos), config.dropout, is_training());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const Block* b = blocks[i].get();
+    if (recompute && !cache && GradMode::is_enabled()) {
+      x = autograd::checkpoint([b](const TensorList& in) { return b->forward(in[0]); }, {x});
+    } else {
+      x = b->forward(x, cache, i);
+    }
+  }
+  x = ln_f(x);
+  return F::linear(x, wte.weight);  // tied lm_head: [B, T, padded_vocab]
+}
+
+Tensor GPT::forward(const Tensor& idx) const { return trunk(idx, nullptr); }
+
+Tensor GPT::forward(const Tensor& idx, KVCache& cache) const { return trunk(idx, &cache); }
+
+Tensor GPT::forward(const Tensor& idx, const Tensor& targets) const {
+  Tensor logits = trunk(idx, nullptr);
+  EMBER_CHECK(targets.sizes() == idx.sizes(), ShapeError, "[GPT] targets of shape ",
+              targets.sizes(), " do not match the tokens' ", idx.sizes());
+  const int64_t N = idx.numel();
+  // The real vocabulary only: a strided [N, vocab] view of the padded logits.
+  Tensor real = logits.reshape({N, config.padded_vocab_size}).narrow(1, 0, config.vocab_size);
+  return F::cross_entropy(real, targets.reshape({N}), {.ignore_index = -1});
+}
+
+Tensor GPT::generate(const Tensor& prompt, int64_t max_new_tokens, double temperature,
+                     int64_t top_k, Generator* gen) const {
+  EMBER_CHECK((prompt.dim() == 1 || prompt.dim() == 2) && is_integral(prompt.dtype()) &&
+                  prompt.numel() > 0,
+              ShapeError, "[GPT::generate] expects integer token ids [B, T] or [T], got ",
+              prompt.dtype(), " ", prompt.sizes());
+  EMBER_CHECK(max_new_tokens >= 0, ValueError, "[GPT::generate] max_new_tokens must be >= 0");
+  NoGradGuard no_grad;
+  const bool batched = prompt.dim() == 2;
+  const Tensor p = batched ? prompt : prompt.unsqueeze(0);
+  const int64_t B = p.sizes()[0], V = config.vocab_size;
+  std::vector<std::vector<int64_t>> seqs(static_cast<size_t>(B));
+  {
+    const std::vector<int64_t> flat = p.to(Device::cpu(), DType::i64).to_vector<int64_t>();
+    const int64_t T = p.sizes()[1];
+    for (int64_t b = 0; b < B; ++b)
+      seqs[size_t(b)].assign(flat.begin() + b * T, flat.begin() + (b + 1) * T);
+  }
+  Generator& g = gen ? *gen : default_generator(Device::cpu());
+  KVCache cache;
+  Tensor next;  // the tokens to feed: [B, T_new]
+  auto context = [&](int64_t len) {  // the last `len` tokens of every sequence
+    std::vector<int64_t> ids;
+    for (auto& s : seqs) ids.insert(ids.end(), s.end() - len, s.end());
+    return tensor<int64_t>(ids, {B, len}).to(p.device());
+  };
+  const int64_t T0 = int64_t(seqs[0].size());
+  next = context(std::min(T0, config.block_size));
+  for (int64_t step = 0; step < max_new_tokens; ++step) {
+    if (cache.length() + next.sizes()[1] > config.block_size) {  // crop and rebuild
+      cache.clear();
+      next = context(config.block_size);
+    }
+    Tensor logits = forward(next, cache);  // [B, T_new, padded]
+    const int64_t Tn = logits.sizes()[1];
+    Tensor last = logits.select(1, Tn - 1).narrow(1, 0, V).to(Device::cpu(), DType::f64);
+    const std::vector<double> lv = last.contiguous().to_vector<double>();
+    const std::vector<double> u = rand({B}, DType::f64, &g).to_vector<double>();
+    std::vector<int64_t> chosen(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<double> row(lv.begin() + b * V, lv.begin() + (b + 1) * V);
+      int64_t pick = 0;
+      if (temperature <= 0) {
+        pick = int64_t(std::max_element(row.begin(), row.end()) - row.begin());
+      } else {
+        double cut = -std::numeric_limits<double>::infinity();
+        if (top_k > 0 && top_k < V) {
+          std::vector<double> sorted = row;
+          std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(),
+                           std::greater<double>());
+          cut = sorted[size_t(top_k - 1)];
+        }
+        const double mx = *std::max_element(row.begin(), row.end());
+        double total = 0;
+        for (double& x : row) {
+          x = x < cut ? 0.0 : std::exp((x - mx) / temperature);
+          total += x;
+        }
+        const double target = u[size_t(b)] * total;
+        double acc = 0;
+        pick = V - 1;
+        for (int64_t c = 0; c < V; ++c) {
+          acc += row[size_t(c)];
+          if (acc > target && row[size_t(c)] > 0) {
+            pick = c;
+            break;
+          }
+        }
+        while (row[size_t(pick)] <= 0 && pick > 0) --pick;  // rounding at the top end
+      }
+      chosen[size_t(b)] = pick;
+      seqs[size_t(b)].push_back(pick);
+    }
+    next = tensor<int64_t>(chosen, {B, 1}).to(p.device());
+  }
+  std::vector<int64_t> all;
+  for (auto& s : seqs) all.insert(all.end(), s.begin(), s.end());
+  Tensor out = tensor<int64_t>(all, {B, int64_t(seqs[0].size())}).to(p.device());
+  return batched ? out : out.squeeze(0);
+}
+
+int64_t GPT::num_parameters(bool non_embedding) const {
+  const int64_t n = Module::num_parameters();
+  return non_embedding ? n - wpe.weight.numel() : n;
+}
+
+std::pair<std::vector<Tensor>, std::vector<Tensor>> GPT::decay_and_no_decay_parameters() const {
+  std::pair<std::vector<Tensor>, std::vector<Tensor>> out;
+  for (const Tensor& p : parameters()) (p.dim() >= 2 ? out.first : out.second).push_back(p);
+  return out;
+}
+
+}  // namespace ember::nn
