@@ -19,6 +19,8 @@
 // Libraries above autograd.
 #include "ember/amp.h"
 #include "ember/data.h"
+#include "ember/data/distributed_sampler.h"
+#include "ember/distributed.h"
 #include "ember/io.h"
 #include "ember/nn.h"
 #include "ember/optim.h"

@@ -1,0 +1,39 @@
+// Helpers shared by the distributed tests. The binary runs as one process (world size 1) and
+// under mpirun -np 2 (tests/CMakeLists.txt); every test body is written for any world size and
+// compares with a result computed locally on each rank (an independent, single-process
+// reference), so the same assertions hold in both runs.
+#pragma once
+
+#include <string>
+
+#include "support/test_support.h"
+
+namespace ember::test {
+
+inline int world() { return distributed::world_size(); }
+inline int my_rank() { return distributed::rank(); }
+
+// Largest |a - b| over two tensors of one shape (any dtype).
+inline double max_abs_diff(const Tensor& a, const Tensor& b) {
+  return a.to(DType::f64).sub(b.to(DType::f64)).abs().max().item<double>();
+}
+
+// The largest parameter difference between two modules of one layout.
+inline double max_param_diff(const nn::Module& a, const nn::Module& b) {
+  auto pa = a.parameters(), pb = b.parameters();
+  double m = 0;
+  for (size_t i = 0; i < pa.size(); ++i) m = std::max(m, max_abs_diff(pa[i], pb[i]));
+  return m;
+}
+
+struct Mlp : nn::Module {
+  nn::Linear fc1{8, 16}, fc2{16, 16}, fc3{16, 4};
+  Mlp() {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+    register_module("fc3", fc3);
+  }
+  Tensor forward(const Tensor& x) { return fc3(relu(fc2(relu(fc1(x))))); }
+};
+
+}  // namespace ember::test

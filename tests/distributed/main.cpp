@@ -1,0 +1,51 @@
+// test_distributed's main: distributed::init() around the whole suite (MPI may be initialized
+// only once per process), and the crash helpers that test_failures.cpp launches under mpirun:
+//   test_distributed --crash=kill|throw|hang
+// Each helper starts the environment, does one all_reduce, then rank 1 fails in its way while
+// rank 0 enters a collective rank 1 never joins. The job must end non-zero, quickly.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include <ember/ember.h>
+
+using namespace ember;
+
+namespace {
+int crash_helper(const std::string& mode) {
+  distributed::init({.timeout = std::chrono::seconds(3)});
+  auto pg = distributed::default_group();
+  Tensor t = ones({4});
+  pg->all_reduce(t);
+  if (distributed::rank() == 1) {
+    if (mode == "kill") std::raise(SIGKILL);
+    if (mode == "throw") throw std::runtime_error("rank 1 failed on purpose");  // -> terminate
+    if (mode == "hang") std::this_thread::sleep_for(std::chrono::seconds(50));
+  }
+  // Rank 0: rank 1 never joins this. With "hang" the timeout throws, abort_on_error aborts.
+  return distributed::abort_on_error([&] {
+    pg->all_reduce(t);
+    distributed::finalize();
+    return 0;
+  });
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "--crash=", 8) == 0) return crash_helper(argv[i] + 8);
+  ::testing::InitGoogleTest(&argc, argv);
+  distributed::init();
+  const int rc = RUN_ALL_TESTS();
+  if (rc != 0 && distributed::world_size() > 1) {
+    // A failure on one rank may leave the others' later collectives unmatched: end the job.
+    distributed::abort("a test failed on this rank", rc);
+  }
+  distributed::finalize();
+  return rc;
+}

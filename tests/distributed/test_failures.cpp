@@ -1,0 +1,81 @@
+// Note [distributed failures] end to end: mpirun -np 2 of this very binary in a crash mode
+// (main.cpp), where rank 1 dies, throws, or stops communicating while rank 0 waits in a
+// collective. The job must end with a non-zero status within 60 s and say why. These run only
+// in the single-process invocation (never nested inside an mpirun job).
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "dist_util.h"
+
+using namespace ember;
+
+namespace {
+
+struct JobResult {
+  int status = -1;
+  double seconds = 0;
+  std::string output;
+};
+
+JobResult run_job(const std::string& mode) {
+#ifndef EMBER_MPIEXEC
+  return {};
+#else
+  const std::string cmd = std::string("timeout -s KILL 90 ") + EMBER_MPIEXEC + " -np 2 " +
+                          EMBER_MPIEXEC_FLAGS + " /proc/" + std::to_string(getpid()) +
+                          "/exe --crash=" + mode + " 2>&1";
+  JobResult r;
+  const auto start = std::chrono::steady_clock::now();
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  while (size_t got = fread(buf, 1, sizeof buf, p)) r.output.append(buf, got);
+  const int raw = pclose(p);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+  return r;
+#endif
+}
+
+}  // namespace
+
+class Failures : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifndef EMBER_MPIEXEC
+    GTEST_SKIP() << "this build has no MPI";
+#endif
+    if (distributed::world_size() > 1) GTEST_SKIP() << "runs mpirun itself: only in the single-process run";
+  }
+};
+
+TEST_F(Failures, KilledRankEndsTheJob) {
+  const JobResult r = run_job("kill");
+  std::printf("SIGKILL on rank 1: job status %d after %.1f s\n", r.status, r.seconds);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_LT(r.seconds, 60.0) << r.output;
+  EXPECT_NE(r.output.find("signal 9"), std::string::npos) << r.output;  // mpirun names the cause
+}
+
+TEST_F(Failures, UncaughtExceptionAbortsAllRanks) {
+  const JobResult r = run_job("throw");
+  std::printf("exception on rank 1: job status %d after %.1f s\n", r.status, r.seconds);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_LT(r.seconds, 60.0) << r.output;
+  EXPECT_NE(r.output.find("[distributed] rank 1 of 2: uncaught exception: rank 1 failed on purpose; "
+                          "aborting all ranks"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST_F(Failures, StuckPeerTimesOutInsteadOfHanging) {
+  const JobResult r = run_job("hang");  // rank 0's collective times out after 3 s
+  std::printf("silent rank 1: job status %d after %.1f s\n", r.status, r.seconds);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_LT(r.seconds, 30.0) << r.output;
+  EXPECT_NE(r.output.find("[distributed] rank 0 of 2: uncaught exception: [all_reduce] rank 0: timed out"),
+            std::string::npos)
+      << r.output;
+}
