@@ -117,7 +117,11 @@ int run(const Config& cfg) {
     test_set = std::make_unique<data::MNIST>(cfg.data, data::Split::test);
   }
   const int64_t n_train = train_set->size();
-  const int64_t steps_per_epoch = (n_train + cfg.batch_size - 1) / cfg.batch_size;
+  for (const data::MNIST* split : {train_set.get(), test_set.get()})
+    EMBER_CHECK(split->rows() == 28 && split->cols() == 28, ValueError, "[mnist] ",
+                split->images_path(), " holds ", split->rows(), "x", split->cols(),
+                " images; the models take 28x28 (784 inputs)");
+  const int64_t steps_per_epoch = n_train / cfg.batch_size + (n_train % cfg.batch_size != 0);
   int64_t total_steps = cfg.epochs * steps_per_epoch;
   if (cfg.max_steps > 0) total_steps = std::min(total_steps, cfg.max_steps);
 
@@ -309,8 +313,17 @@ int main(int argc, char** argv) {
   app.add_option("--model", cfg.model, "mlp (784-512-256-10) or cnn (PyTorch's MNIST example)")
       ->check(CLI::IsMember({"mlp", "cnn"}));
   app.add_option("--epochs", cfg.epochs, "passes over the training set")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", cfg.batch_size, "images per step")->check(CLI::PositiveNumber);
-  app.add_option("--lr", cfg.lr, "AdamW learning rate")->check(CLI::PositiveNumber);
+  // The bound catches values CLI11 saturates to INT64_MAX; a batch above the data set is one step.
+  app.add_option("--batch-size", cfg.batch_size, "images per step")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+  // PositiveNumber alone lets NaN through (NaN <= 0 is false), and "inf" parses as a number.
+  const CLI::Validator finite_positive(
+      [](const std::string& text) -> std::string {
+        const double v = std::strtod(text.c_str(), nullptr);
+        return std::isfinite(v) && v > 0 ? "" : "must be a finite positive number, not " + text;
+      },
+      "POSITIVE");
+  app.add_option("--lr", cfg.lr, "AdamW learning rate")->check(finite_positive);
   app.add_option("--weight-decay", cfg.weight_decay, "AdamW decoupled weight decay")->check(CLI::NonNegativeNumber);
   app.add_option("--device", cfg.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--workers", cfg.workers, "data loader threads (0: load in the training thread)")

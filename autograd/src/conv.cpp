@@ -76,7 +76,7 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel_size, std::arra
               stride[1], "] must be both positive, or {0, 0} for the default (= kernel_size)");
   if (stride[0] == 0) stride = kernel_size;
   auto [y, indices] = ops::max_pool2d(x, {kernel_size, stride, padding});
-  return record("max_pool2d", y, {x}, [indices, sizes = x.sizes()](const Tensor& g) -> TensorList {
+  return record("max_pool2d", y, {x}, [indices = indices, sizes = x.sizes()](const Tensor& g) -> TensorList {
     return {pool_scatter(g, indices, sizes)};
   });
 }

@@ -48,6 +48,10 @@ MNIST::MNIST(const std::string& root, Split split, MNISTOptions options, Default
   EMBER_CHECK(images.dims[1] >= 1 && images.dims[2] >= 1, IOError, tag_, " ", raw->images_path,
               ": images must have positive dims, the header says ", images.dims[1], "x",
               images.dims[2]);
+  // An empty split is never what the caller wants: training would run 0 steps and report a
+  // 0/0 accuracy, so it is a file error here rather than a NaN downstream.
+  EMBER_CHECK(images.dims[0] >= 1, IOError, tag_, " ", raw->images_path,
+              ": holds 0 images (the header's count is 0)");
   IdxArray labels = read_idx(raw->labels_path, kLabelsMagic, tag_);
   EMBER_CHECK(images.dims[0] == labels.dims[0], IOError, tag_, " ", raw->images_path, " has ",
               images.dims[0], " images but ", raw->labels_path, " has ", labels.dims[0],
