@@ -7,6 +7,8 @@
 //   build/bin/mnist --model cnn --epochs 2 --checkpoint runs/cnn
 //   build/bin/mnist --model cnn --epochs 3 --checkpoint runs/cnn --resume   # continues
 //   build/bin/mnist --model cnn --amp bf16           # autocast (fp16: autocast + GradScaler)
+//   mpirun -np 2 build/bin/mnist --ddp               # data parallel: each rank takes half of
+//                                                    # every batch (README: Data-parallel)
 //
 // Recipe (as the PyTorch peer bench/peers/torch_mnist.py): MLP 784-512-256-10 with ReLU; CNN =
 // conv 32 (3x3), conv 64 (3x3), max-pool 2, dropout 0.25, fc 128, dropout 0.5, fc 10. AdamW,
@@ -78,7 +80,7 @@ struct Config {
   int workers = 1;
   double lr = 1e-3, weight_decay = 0.01;
   uint64_t seed = 0;
-  bool resume = false, deterministic = false;
+  bool resume = false, deterministic = false, ddp = false;
 };
 
 struct Eval {
@@ -104,7 +106,13 @@ Eval evaluate(Classifier& model, const data::Dataset& split, Device dev) {
 }
 
 int run(const Config& cfg) {
-  const Device dev = cfg.device == "cuda" ? Device::cuda(0) : Device::cpu();
+  // --ddp: one process per rank (mpirun -np N), one GPU per rank chosen by its local rank.
+  const int world = cfg.ddp ? distributed::world_size() : 1;
+  const int rank = cfg.ddp ? distributed::rank() : 0;
+  const Device dev = cfg.device != "cuda" ? Device::cpu()
+                     : cfg.ddp && cuda::is_available()
+                         ? Device::cuda(distributed::local_rank() % cuda::device_count())
+                         : Device::cuda(0);
   manual_seed(cfg.seed);
 
   // ---- data ----
@@ -131,6 +139,22 @@ int run(const Config& cfg) {
   else model = std::make_unique<Mlp>();
   model->to(dev);
   optim::AdamW opt(model->parameters(), {.lr = cfg.lr, .weight_decay = cfg.weight_decay});
+  // --ddp: rank 0's initial weights on every rank; backward averages the gradients over the
+  // ranks, so each rank's AdamW makes the same update as one process on the global batch.
+  std::unique_ptr<distributed::DistributedDataParallel> ddp;
+  if (cfg.ddp) {
+    EMBER_CHECK(cfg.batch_size % world == 0, ValueError, "[mnist] --batch-size ", cfg.batch_size,
+                " must be a multiple of the number of ranks (", world, ")");
+    ddp = std::make_unique<distributed::DistributedDataParallel>(*model);
+  }
+  const int64_t rank_batch = cfg.batch_size / world;  // this rank's share of a batch
+  // The sum over the ranks of a running metric (what rank 0 prints covers every rank).
+  auto global_sum = [&](const Tensor& t) {
+    if (!ddp) return t;
+    Tensor s = t.clone();
+    ddp->process_group().all_reduce(s);
+    return s;
+  };
   // --amp: the forward and the loss run under autocast (GEMMs and convolutions in the low
   // precision, parameters and the optimizer stay f32). fp16 needs loss scaling (its range is
   // small, gradients underflow); bf16 has f32's range, so its scaler is disabled (a no-op).
@@ -167,7 +191,7 @@ int run(const Config& cfg) {
     }
   }
   auto save = [&](int64_t at_step, double train_loss) {
-    if (cfg.checkpoint.empty()) return;
+    if (cfg.checkpoint.empty() || rank != 0) return;  // --ddp: every rank holds the same state
     io::Checkpoint ckpt;
     ckpt.model = model->state_dict();
     ckpt.optimizer = opt.state_dict();
@@ -191,9 +215,12 @@ int run(const Config& cfg) {
   };
 
   const std::string out_dir = !cfg.out.empty() ? cfg.out : !cfg.checkpoint.empty() ? cfg.checkpoint : "runs/mnist";
-  examples::MetricsLog metrics(out_dir, {"step", "epoch", "train_loss", "train_acc", "test_loss",
-                                         "test_acc", "samples_per_s"},
-                               /*append=*/step > 0);
+  std::optional<examples::MetricsLog> metrics;  // rank 0 only
+  if (rank == 0)
+    metrics.emplace(out_dir,
+                    std::vector<std::string>{"step", "epoch", "train_loss", "train_acc",
+                                             "test_loss", "test_acc", "samples_per_s"},
+                    /*append=*/step > 0);
   std::printf("mnist: %s on %s, %lld train / %lld test images, %lld parameters, batch %lld, "
               "AdamW lr %g, %lld steps\n",
               cfg.model.c_str(), cfg.device.c_str(), (long long)n_train, (long long)test_set->size(),
@@ -210,12 +237,16 @@ int run(const Config& cfg) {
     const int64_t skip = step % steps_per_epoch;  // batches this epoch already trained (resume)
     const int64_t epoch_end = std::min(total_steps, (epoch + 1) * steps_per_epoch);
     // The epoch's order is permutation(seed, epoch); a resumed epoch starts where it stopped.
-    data::DataLoader loader(*train_set, {.batch_size = cfg.batch_size,
+    data::DataLoader loader(*train_set, {.batch_size = rank_batch,
                                          .num_workers = cfg.workers,
                                          .pin_memory = dev.is_cuda(),
                                          .sampler = [&](int64_t e) {
-                                           auto order = data::permutation(n_train, cfg.seed, e);
-                                           order.erase(order.begin(), order.begin() + skip * cfg.batch_size);
+                                           // This rank's positions r, r + N, ... of the epoch's
+                                           // permutation: the ranks' batch k together are
+                                           // global batch k (N = 1: the permutation itself).
+                                           auto order = data::DistributedSampler(
+                                               n_train, {.num_replicas = world, .rank = rank, .seed = cfg.seed})(e);
+                                           order.erase(order.begin(), order.begin() + skip * rank_batch);
                                            return order;
                                          }});
     loader.set_epoch(epoch);
@@ -234,7 +265,7 @@ int run(const Config& cfg) {
       Tensor logits, loss;
       {
         amp::autocast ac(dev, amp_dtype, use_amp);
-        logits = model->forward(xd);
+        logits = ddp ? ddp->forward([&] { return model->forward(xd); }) : model->forward(xd);
         loss = cross_entropy(logits, yd);  // f32 under autocast
       }
       opt.zero_grad();
@@ -251,44 +282,45 @@ int run(const Config& cfg) {
       interval_seen += x.size(0);
       const bool epoch_done = step == epoch_end;
       if (step % log_every == 0 || epoch_done) {
-        const double mean_loss = loss_sum.item<double>() / double(seen);
-        const double acc = double(correct.item<int64_t>()) / double(seen);
+        const double mean_loss = global_sum(loss_sum).item<double>() / double(seen * world);
+        const double acc = double(global_sum(correct).item<int64_t>()) / double(seen * world);
         last_loss = loss.item<double>();
-        if (!std::isfinite(last_loss)) {
+        if (!std::isfinite(ddp ? mean_loss : last_loss)) {  // --ddp: every rank decides alike
           bar.finish();
           std::fprintf(stderr, "mnist: the loss became %g at step %lld; stopping without saving a "
                                "checkpoint (try a lower --lr)\n", last_loss, (long long)step);
           return 3;
         }
         const auto now = std::chrono::steady_clock::now();
-        const double rate = double(interval_seen) / std::chrono::duration<double>(now - t_interval).count();
+        const double rate = double(interval_seen * world) / std::chrono::duration<double>(now - t_interval).count();
         t_interval = now;
         interval_seen = 0;
         bar.update(step - epoch * steps_per_epoch, mean_loss, acc, rate);
-        if (!epoch_done) metrics.record({double(step), double(epoch), mean_loss, acc, NAN, NAN, rate});
+        if (!epoch_done && metrics) metrics->record({double(step), double(epoch), mean_loss, acc, NAN, NAN, rate});
       }
       if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && !epoch_done) save(step, last_loss);
     }
     bar.finish();
     const double epoch_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_epoch).count();
     train_seconds += epoch_seconds;
-    trained_samples += seen;
-    test = evaluate(*model, *test_set, dev);
-    const double train_loss = loss_sum.item<double>() / double(std::max<int64_t>(seen, 1));
-    const double train_acc = double(correct.item<int64_t>()) / double(std::max<int64_t>(seen, 1));
-    const double rate = double(seen) / epoch_seconds;
+    trained_samples += seen * world;
+    if (rank == 0) test = evaluate(*model, *test_set, dev);
+    const double train_loss = global_sum(loss_sum).item<double>() / double(std::max<int64_t>(seen * world, 1));
+    const double train_acc = double(global_sum(correct).item<int64_t>()) / double(std::max<int64_t>(seen * world, 1));
+    const double rate = double(seen * world) / epoch_seconds;
     std::printf("epoch %lld: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %s samples/s\n",
                 (long long)epoch + 1, train_loss, 100 * train_acc, test.loss, 100 * test.accuracy,
                 examples::human_rate(rate).c_str());
-    metrics.record({double(step), double(epoch), train_loss, train_acc, test.loss, test.accuracy, rate});
-    metrics.write_svg("ember mnist (" + cfg.model + ")");
+    if (metrics) metrics->record({double(step), double(epoch), train_loss, train_acc, test.loss, test.accuracy, rate});
+    if (metrics) metrics->write_svg("ember mnist (" + cfg.model + ")");
     save(step, train_loss);
   }
+  if (rank != 0) return 0;  // --ddp: only rank 0 evaluates and reports
   if (std::isnan(test.accuracy)) test = evaluate(*model, *test_set, dev);  // resumed at the end
 
   const double samples_per_s = train_seconds > 0 ? double(trained_samples) / train_seconds : 0.0;
   std::printf("test accuracy %.2f%% | metrics: %s, %s\n", 100 * test.accuracy,
-              metrics.csv_path().c_str(), metrics.svg_path().c_str());
+              metrics->csv_path().c_str(), metrics->svg_path().c_str());
   examples::ResultLine()
       .num("test_accuracy", test.accuracy)
       .num("test_loss", test.loss)
@@ -342,8 +374,22 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));
   app.add_flag("--deterministic", cfg.deterministic,
                "ember::set_deterministic(true): deterministic algorithms only (docs/reliability.md)");
+  app.add_flag("--ddp", cfg.ddp,
+               "data parallel over the ranks of mpirun -np N: each rank trains on 1/N of every batch, "
+               "rank 0 prints and saves");
   CLI11_PARSE(app, argc, argv);
   ember::set_deterministic(cfg.deterministic);
+  if (cfg.ddp) {
+    // Any failure ends the whole job instead of leaving the other ranks waiting in a
+    // collective (Note [distributed failures]); ranks other than 0 print nothing.
+    distributed::init();
+    if (distributed::rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) return 1;
+    return distributed::abort_on_error([&] {
+      const int rc = run(cfg);
+      distributed::finalize();
+      return rc;
+    });
+  }
   try {
     return run(cfg);
   } catch (const Error& e) {
