@@ -8,8 +8,9 @@
 // Each document (a Brown file, or one input file) becomes <|endoftext|> followed by its tokens,
 // as llm.c's data scripts write them. Documents are shuffled with --seed (unless --no-shuffle),
 // then the first --val-fraction of them (at least one when the fraction is positive) go to
-// <name>_val_NNNNNN.bin and the rest to <name>_train_NNNNNN.bin, each shard holding up to
-// --shard-size tokens. A shard is written atomically (temporary file, fsync, rename, folder
+// <name>_val_NNNNNN.bin and the rest to <name>_train_NNNNNN.bin, each shard holding
+// --shard-size tokens (the last of a split between half and 1.5 times that, so that no shard
+// is too short for a training window). A shard is written atomically (temporary file, fsync, rename, folder
 // fsync), and shards of an earlier run under the same <name> are removed first, so the folder
 // never mixes two runs. Exit status: 0 on success, 1 on an error (the message names the file or
 // flag), CLI11's non-zero code for bad flags.
@@ -127,7 +128,10 @@ class Progress {
   clock::time_point t0_;
 };
 
-// Collects one split's tokens and writes a shard each time --shard-size is reached.
+// Collects one split's tokens and writes shards of --shard-size tokens. The last shard of a
+// split absorbs a remainder below half a shard (so no shard is too short to hold a training
+// window: every shard has at least min(shard_size / 2, split size) tokens, at most 1.5x
+// shard_size); one full shard waits in memory until the next one fills, for that.
 class ShardWriter {
  public:
   ShardWriter(std::string out, std::string prefix, int64_t shard_size)
@@ -137,35 +141,47 @@ class ShardWriter {
       if (t < 0 || t > 65535)
         throw ValueError(str("[gpt-prepare] token ", t, " does not fit the shards' uint16"));
       buffer_.push_back(uint16_t(t));
-      if (int64_t(buffer_.size()) == shard_size_) flush();
+      if (int64_t(buffer_.size()) == shard_size_) {
+        if (!pending_.empty()) write(pending_);
+        pending_.swap(buffer_);
+        buffer_.clear();
+      }
     }
+    count_ += int64_t(tokens.size());
   }
-  void flush() {
-    if (buffer_.empty()) return;
+  void finish() {
+    if (!pending_.empty() && int64_t(buffer_.size()) < shard_size_ / 2) {
+      pending_.insert(pending_.end(), buffer_.begin(), buffer_.end());
+      buffer_.clear();
+    }
+    if (!pending_.empty()) write(pending_);
+    if (!buffer_.empty()) write(buffer_);
+    pending_.clear();
+    buffer_.clear();
+  }
+  const std::vector<std::pair<std::string, int64_t>>& written() const { return written_; }
+  int64_t total() const { return count_; }
+
+ private:
+  void write(const std::vector<uint16_t>& tokens) {
     char name[64];
     std::snprintf(name, sizeof name, "_%06d.bin", int(written_.size()));
     const std::string path = out_ + "/" + prefix_ + name;
     std::vector<int32_t> header(size_t(data::kTokenShardHeaderInts), 0);
     header[0] = data::kTokenShardMagic;
     header[1] = data::kTokenShardVersion;
-    header[2] = int32_t(buffer_.size());
+    header[2] = int32_t(tokens.size());
     io::detail::write_file_atomic(path, "[gpt-prepare]", [&](io::detail::File& f) {
       f.write_all(header.data(), header.size() * sizeof(int32_t));
-      f.write_all(buffer_.data(), buffer_.size() * sizeof(uint16_t));
+      f.write_all(tokens.data(), tokens.size() * sizeof(uint16_t));
     });
-    written_.emplace_back(path, int64_t(buffer_.size()));
-    total_ += int64_t(buffer_.size());
-    buffer_.clear();
+    written_.emplace_back(path, int64_t(tokens.size()));
   }
-  const std::vector<std::pair<std::string, int64_t>>& written() const { return written_; }
-  int64_t total() const { return total_ + int64_t(buffer_.size()); }
-
- private:
   std::string out_, prefix_;
   int64_t shard_size_;
-  std::vector<uint16_t> buffer_;
+  std::vector<uint16_t> buffer_, pending_;
   std::vector<std::pair<std::string, int64_t>> written_;
-  int64_t total_ = 0;
+  int64_t count_ = 0;
 };
 
 int run(Config cfg) {
@@ -224,8 +240,8 @@ int run(Config cfg) {
     bytes += int64_t(text.size());
     progress.update(int64_t(i + 1), val.total() + train.total(), bytes);
   }
-  val.flush();
-  train.flush();
+  val.finish();
+  train.finish();
   progress.finish();
 
   for (const ShardWriter* w : {&val, &train})
@@ -253,8 +269,9 @@ int main(int argc, char** argv) {
   app.add_option("--gpt2", cfg.gpt2, "folder with encoder.json and vocab.bpe (bash scripts/fetch_data.sh gpt2)");
   app.add_option("--out", cfg.out, "output folder for <name>_{val,train}_NNNNNN.bin");
   app.add_option("--name", cfg.name, "shard file prefix (default: the corpus name)");
-  app.add_option("--shard-size", cfg.shard_size, "tokens per shard (the last one may hold fewer)")
-      ->check(CLI::Range(int64_t(1), int64_t(INT32_MAX)));
+  app.add_option("--shard-size", cfg.shard_size,
+                 "tokens per shard (the last of a split holds 0.5x to 1.5x as many)")
+      ->check(CLI::Range(int64_t(1), int64_t(INT32_MAX) / 2));
   app.add_option("--val-fraction", cfg.val_fraction, "fraction of the documents for the validation split")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", cfg.seed, "seed of the document shuffle");

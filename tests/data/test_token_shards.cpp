@@ -4,6 +4,7 @@
 // resume via set_position, rank slices, path forms, and every error.
 #include <climits>
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ember/data/token_shards.h"
@@ -295,4 +297,121 @@ TEST(FuzzRegressions, TokenShards) {
     EXPECT_NO_THROW(ember_fuzz::run_token_shards(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
   }
   fs::remove_all(ember_fuzz::scratch_dir());
+}
+
+// ---- build/bin/gpt-prepare, run as a user would (beside this test binary in the build) ----
+
+namespace {
+
+fs::path gpt_prepare_binary() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return {};
+  const fs::path bin = self.parent_path() / "gpt-prepare";
+  return fs::exists(bin) ? bin : fs::path();
+}
+
+fs::path gpt2_files() {
+  for (fs::path p = fs::path(EMBER_TEST_DATA_DIR); !p.empty(); p = p.parent_path()) {
+    if (fs::exists(p / "data" / "gpt2" / "vocab.bpe")) return p / "data" / "gpt2";
+    if (p == p.parent_path()) break;
+  }
+  return {};
+}
+
+// Runs a command; returns its exit status and puts stdout+stderr in `out`.
+int run_command(const std::string& cmd, std::string& out) {
+  out.clear();
+  FILE* pipe = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!pipe) return -1;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  const int status = ::pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// A shard's tokens, parsed here (not through TokenShards), with its header checked.
+std::vector<uint16_t> read_shard_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::vector<int32_t> header(256);
+  f.read(reinterpret_cast<char*>(header.data()), 1024);
+  EXPECT_EQ(header[0], 20240520) << p;
+  EXPECT_EQ(header[1], 1) << p;
+  EXPECT_EQ(fs::file_size(p), 1024 + 2 * uint64_t(header[2])) << p;
+  std::vector<uint16_t> t(static_cast<size_t>(std::max(header[2], 0)));
+  f.read(reinterpret_cast<char*>(t.data()), std::streamsize(t.size() * 2));
+  return t;
+}
+
+}  // namespace
+
+TEST_F(TokenShardsTest, GptPrepareWritesEotPrefixedDocumentsInShards) {
+  const fs::path bin = gpt_prepare_binary(), gpt2 = gpt2_files();
+  if (bin.empty()) GTEST_SKIP() << "build/bin/gpt-prepare not built";
+  if (gpt2.empty()) GTEST_SKIP() << "GPT-2 files missing: run: bash scripts/fetch_data.sh gpt2 brown";
+  std::vector<std::string> docs = {
+      "First document.\nIt has two lines, and 'quotes'.\n",
+      "Second: caf\xc3\xa9, 12345, \xe4\xb8\xad\xe6\x96\x87 and   spaces.",
+      "Third one is a little longer than the others, so that it spans more than one shard of "
+      "fifty tokens when the shard size is small enough to split it. The end."};
+  for (int i = 0; i < 3; ++i) docs[2] += docs[2];  // several shards of train tokens
+  fs::create_directories(dir_ / "in");
+  for (size_t i = 0; i < docs.size(); ++i) {
+    std::ofstream f(dir_ / "in" / ("doc" + std::to_string(i) + ".txt"), std::ios::binary);
+    f << docs[i];
+  }
+  const fs::path out = dir_ / "out";
+  auto cmd = [&](int shard_size) {
+    return "'" + bin.string() + "' '" + (dir_ / "in").string() + "' --gpt2 '" + gpt2.string() + "' --out '" +
+           out.string() + "' --name t --shard-size " + std::to_string(shard_size) +
+           " --val-fraction 0.34 --no-shuffle --quiet";
+  };
+  std::string log;
+  ASSERT_EQ(run_command(cmd(50), log), 0) << log;
+  EXPECT_NE(log.find("result: {"), std::string::npos) << log;
+
+  const auto tok = ember::data::GPT2Tokenizer::from_dir(gpt2.string());
+  // val: document 0; train: documents 1 and 2, each prefixed with <|endoftext|>.
+  std::vector<int32_t> want_val = {tok.eot_token()}, want_train = {tok.eot_token()};
+  tok.encode_into(docs[0], want_val);
+  tok.encode_into(docs[1], want_train);
+  want_train.push_back(tok.eot_token());
+  tok.encode_into(docs[2], want_train);
+  auto collect = [&](const std::string& split, size_t want_size) {
+    std::vector<int32_t> all;
+    size_t shards = 0;
+    for (int i = 0; fs::exists(out / ("t_" + split + "_" + std::string(5, '0') + std::to_string(i) + ".bin")); ++i) {
+      const auto t = read_shard_file(out / ("t_" + split + "_" + std::string(5, '0') + std::to_string(i) + ".bin"));
+      // 50 tokens a shard; the last one absorbs a remainder below 25.
+      all.insert(all.end(), t.begin(), t.end());
+      ++shards;
+      if (all.size() < want_size) EXPECT_EQ(t.size(), 50u);
+      else EXPECT_TRUE(t.size() >= std::min<size_t>(25, want_size) && t.size() < 75) << t.size();
+    }
+    const size_t full = want_size / 50, rest = want_size % 50;
+    EXPECT_EQ(shards, full == 0 ? 1 : (rest >= 25 ? full + 1 : full)) << split;
+    std::printf("[gpt-prepare] %s: %zu tokens in %zu shards\n", split.c_str(), all.size(), shards);
+    return all;
+  };
+  EXPECT_EQ(collect("val", want_val.size()), want_val);
+  EXPECT_EQ(collect("train", want_train.size()), want_train);
+  // TokenShards reads them back through the pattern form.
+  TokenShards train(out.string() + "/t_train_*.bin", {.batch_size = 1, .seq_len = 8, .shuffle = false});
+  EXPECT_EQ(train.num_tokens(), int64_t(want_train.size()));
+
+  // A second run with a bigger shard size replaces the first run's shards.
+  ASSERT_EQ(run_command(cmd(1000), log), 0) << log;
+  EXPECT_FALSE(fs::exists(out / "t_train_000001.bin"));
+  EXPECT_EQ(read_shard_file(out / "t_train_000000.bin").size(), want_train.size());
+  // No temporary files are left behind.
+  for (const auto& e : fs::directory_iterator(out)) EXPECT_EQ(e.path().extension(), ".bin") << e.path();
+
+  // Errors name the file or the flag and exit non-zero.
+  EXPECT_EQ(run_command("'" + bin.string() + "' '" + (dir_ / "nope.txt").string() + "' --gpt2 '" +
+                            gpt2.string() + "' --out '" + out.string() + "'", log), 1);
+  EXPECT_NE(log.find((dir_ / "nope.txt").string() + ": no such file or folder"), std::string::npos) << log;
+  EXPECT_NE(run_command("'" + bin.string() + "' --shard-size 0", log), 0);
+  EXPECT_NE(log.find("--shard-size"), std::string::npos) << log;
+  EXPECT_EQ(run_command("'" + bin.string() + "' --gpt2 '" + dir_.string() + "' --out '" + out.string() + "'", log), 1);
+  EXPECT_NE(log.find("encoder.json"), std::string::npos) << log;
 }
