@@ -8,7 +8,8 @@
 //   P = exp(scale * q k^T - lse) tile by tile.
 // - Causal masking per Note [attention causal alignment] (key j visible to query i when
 //   j <= i + Tk - Tq); tiles past the diagonal of a whole block are skipped, not masked.
-// - Tensor-core forward (attention_fwd_wmma_kernel): f16/bf16 with D = 64 or 128. 64 queries
+// - Tensor-core forward (attention_fwd_wmma_kernel): f16/bf16 with D = 64 or 128 (and 16-byte
+//   aligned data; others take the generic kernel). 64 queries
 //   per block of 4 warps (16 query rows per warp), 64-key tiles; S = Q K^T and O += P V are
 //   WMMA 16x16x16 products with f32 accumulation; the softmax runs in f32 on S kept in shared
 //   memory, and P is rounded to the input dtype for the P V product (as FlashAttention does).
@@ -514,7 +515,9 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   C* lp = static_cast<C*>(lse.data_ptr());
   cudaStream_t stream = stream_for(q.device());
   if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) {
-    if (D == 64 || D == 128) {
+    // 16-byte vector loads: a contiguous view at an odd storage offset takes the generic path.
+    auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+    if ((D == 64 || D == 128) && aligned(qp) && aligned(kp) && aligned(vp)) {
       const int64_t qblocks = ceil_div(Tq, kWBq);
       check_launch(BH * qblocks, op);
       auto launch = [&](auto kernel, size_t bytes) {

@@ -225,6 +225,14 @@ TEST(AttentionCuda, ForwardAndBackwardMatchCpu) {
       EXPECT_TRUE(near(gb.dk, cb.dk, 2 * tol));
       EXPECT_TRUE(near(gb.dv, cb.dv, 2 * tol));
     }
+    // A contiguous view at an odd storage offset (no 16-byte alignment): the generic path.
+    Inputs in = make_inputs({1, 2, 70, 70, 64, true}, 7);
+    Tensor flat = zeros({1 + 2 * 70 * 64}, DType::f64);
+    flat.narrow(0, 1, 2 * 70 * 64).copy_(in.q.flatten());
+    Tensor qo = flat.to(gpu, dt).narrow(0, 1, 2 * 70 * 64).view({1, 2, 70, 64});
+    Tensor ref = ops::scaled_dot_product_attention_forward(in.q.to(dt), in.k.to(dt), in.v.to(dt), true).out;
+    Tensor got = ops::scaled_dot_product_attention_forward(qo, in.k.to(gpu, dt), in.v.to(gpu, dt), true).out;
+    EXPECT_TRUE(test::all_close(got.to(Device::cpu(), DType::f32), ref.to(DType::f32), tol, tol * 4));
   }
 }
 
