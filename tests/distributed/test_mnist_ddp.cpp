@@ -1,0 +1,102 @@
+// examples/mnist --ddp end to end: `mpirun -np 2 mnist --ddp` trains as `mnist` in one process
+// (the independent reference) on a small synthetic MNIST with noisy labels: same metrics, and
+// final weights equal within f32 round-off (reductions sum in another order). Only rank 0
+// writes the checkpoint and prints. Runs in the single-process invocation (it calls mpirun).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "dist_util.h"
+
+namespace fs = std::filesystem;
+using namespace ember;
+
+namespace {
+
+void write_be32(std::ofstream& f, uint32_t v) {
+  const unsigned char b[4] = {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)};
+  f.write(reinterpret_cast<const char*>(b), 4);
+}
+
+// Class k brightens a 4x4 patch at a k-dependent place; 30% of the labels are random, so the
+// loss stays well above zero and the weights keep moving.
+void write_split(const fs::path& dir, const std::string& prefix, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::ofstream images(dir / (prefix + "-images-idx3-ubyte"), std::ios::binary);
+  std::ofstream labels(dir / (prefix + "-labels-idx1-ubyte"), std::ios::binary);
+  write_be32(images, 2051);
+  write_be32(images, uint32_t(n));
+  write_be32(images, 28);
+  write_be32(images, 28);
+  write_be32(labels, 2049);
+  write_be32(labels, uint32_t(n));
+  for (int i = 0; i < n; ++i) {
+    int label = int(rng() % 10);
+    std::vector<uint8_t> px(784);
+    for (auto& p : px) p = uint8_t(rng() % 200);
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 4; ++c) px[size_t((4 + 2 * label + r) * 28 + 4 + 2 * label + c)] += 55;
+    if (rng() % 10 < 3) label = int(rng() % 10);
+    images.write(reinterpret_cast<const char*>(px.data()), 784);
+    labels.put(char(label));
+  }
+}
+
+std::pair<int, std::string> run(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return {-1, ""};
+  char buf[4096];
+  while (size_t got = fread(buf, 1, sizeof buf, p)) out.append(buf, got);
+  const int raw = pclose(p);
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw), out};
+}
+
+std::string result_line(const std::string& out) {
+  const size_t at = out.rfind("result: {");
+  return at == std::string::npos ? "" : out.substr(at, out.find('\n', at) - at);
+}
+
+}  // namespace
+
+TEST(MnistDdp, TwoRanksTrainAsOneProcess) {
+#if !defined(EMBER_MPIEXEC) || !defined(EMBER_BIN_DIR)
+  GTEST_SKIP() << "this build has no MPI";
+#else
+  if (distributed::world_size() > 1) GTEST_SKIP() << "runs mpirun itself: only in the single-process run";
+  const fs::path root = fs::temp_directory_path() / ("ember_mnist_ddp_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "data");
+  write_split(root / "data", "train", 1024, 1);
+  write_split(root / "data", "t10k", 256, 2);
+  const std::string mnist = std::string(EMBER_BIN_DIR) + "/mnist";
+  const std::string args = " --data " + (root / "data").string() + " --batch-size 64 --epochs 2 --workers 1 --log-every 4";
+  auto [s1, out1] = run("OMP_NUM_THREADS=1 " + mnist + args + " --checkpoint " + (root / "single").string());
+  ASSERT_EQ(s1, 0) << out1;
+  auto [s2, out2] = run(std::string("OMP_NUM_THREADS=1 ") + EMBER_MPIEXEC + " -np 2 " + EMBER_MPIEXEC_FLAGS +
+                        " " + mnist + args + " --ddp --checkpoint " + (root / "ddp").string());
+  ASSERT_EQ(s2, 0) << out2;
+  // Only rank 0 prints: one result line, one banner.
+  EXPECT_EQ(out2.find("result: {"), out2.rfind("result: {")) << out2;
+  EXPECT_EQ(out2.find("mnist: mlp"), out2.rfind("mnist: mlp")) << out2;
+  const StateDict a = io::load_safetensors((root / "single" / "step-00000032" / "model.safetensors").string());
+  const StateDict b = io::load_safetensors((root / "ddp" / "step-00000032" / "model.safetensors").string());
+  ASSERT_EQ(a.size(), b.size());
+  double diff = 0, scale = 0;
+  for (const auto& [name, t] : a) {
+    diff = std::max(diff, test::max_abs_diff(t, b.at(name)));
+    scale = std::max(scale, t.abs().max().item<double>());
+  }
+  std::printf("mnist --ddp (2 ranks) vs one process, 32 AdamW steps: max weight difference %.3g (max |weight| %.3g)\n",
+              diff, scale);
+  EXPECT_LT(diff, 2e-5);
+  // The metrics agree to the printed precision except the throughput.
+  auto strip_rate = [](std::string r) { return r.substr(0, r.find("\"samples_per_s\"")); };
+  ASSERT_NE(result_line(out1), "") << out1;
+  EXPECT_EQ(strip_rate(result_line(out1)), strip_rate(result_line(out2))) << out1 << "\n" << out2;
+  fs::remove_all(root);
+#endif
+}
