@@ -20,7 +20,9 @@ namespace {
 // GCC 12.2 (Debian 12's compiler) with -mavx512f (which -march=native turns on for CPUs with
 // AVX-512, EMBER_NATIVE=ON) emits a broadcast for 64-bit vector constants whose tail is
 // zero: {1, 1, 0, 0} is stored as {1, 1, 1, 1}. Any ember code with such a literal would be
-// silently wrong. Build with -DEMBER_NATIVE=OFF, or add -mno-avx512f, on such a toolchain.
+// silently wrong. Tuning for an AVX-512 core (-mtune=icelake/rocketlake, implied by
+// -march=native there) triggers it even with -mno-avx512f, so EMBER_NATIVE adds
+// -mno-avx512f -mtune=generic; or build with -DEMBER_NATIVE=OFF.
 TEST(Toolchain, VectorConstantsWithAZeroTailAreNotMiscompiled) {
   // Compared element by element against scalars: a second literal could be miscompiled too.
   std::vector<double> d = doubles_1100();
