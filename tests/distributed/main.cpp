@@ -1,12 +1,14 @@
 // test_distributed's main: distributed::init() around the whole suite (MPI may be initialized
 // only once per process), and the crash helpers that test_failures.cpp launches under mpirun:
-//   test_distributed --crash=kill|throw|hang
+//   test_distributed --crash=kill|throw|hang|init
 // Each helper starts the environment, does one all_reduce, then rank 1 fails in its way while
 // rank 0 enters a collective rank 1 never joins. The job must end non-zero, quickly.
+// ("init" only starts the environment: test_failures.cpp checks what a bad one says.)
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -18,6 +20,16 @@ using namespace ember;
 
 namespace {
 int crash_helper(const std::string& mode) {
+  if (mode == "init") {  // only init() under whatever environment the caller set
+    try {
+      distributed::init();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "init failed: %s\n", e.what());
+      return 2;
+    }
+    distributed::finalize();
+    return 0;
+  }
   distributed::init({.timeout = std::chrono::seconds(3)});
   auto pg = distributed::default_group();
   Tensor t = ones({4});

@@ -19,16 +19,10 @@ struct JobResult {
   std::string output;
 };
 
-JobResult run_job(const std::string& mode) {
-#ifndef EMBER_MPIEXEC
-  return {};
-#else
-  const std::string cmd = std::string("timeout -s KILL 90 ") + EMBER_MPIEXEC + " -np 2 " +
-                          EMBER_MPIEXEC_FLAGS + " /proc/" + std::to_string(getpid()) +
-                          "/exe --crash=" + mode + " 2>&1";
+JobResult run_command(const std::string& cmd) {
   JobResult r;
   const auto start = std::chrono::steady_clock::now();
-  FILE* p = popen(cmd.c_str(), "r");
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   if (p == nullptr) return r;
   char buf[4096];
   while (size_t got = fread(buf, 1, sizeof buf, p)) r.output.append(buf, got);
@@ -36,6 +30,16 @@ JobResult run_job(const std::string& mode) {
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
   return r;
+}
+
+std::string self() { return "/proc/" + std::to_string(getpid()) + "/exe"; }
+
+JobResult run_job(const std::string& mode) {
+#ifndef EMBER_MPIEXEC
+  return {};
+#else
+  return run_command(std::string("timeout -s KILL 90 ") + EMBER_MPIEXEC + " -np 2 " +
+                     EMBER_MPIEXEC_FLAGS + " " + self() + " --crash=" + mode);
 #endif
 }
 
@@ -78,4 +82,21 @@ TEST_F(Failures, StuckPeerTimesOutInsteadOfHanging) {
   EXPECT_NE(r.output.find("[distributed] rank 0 of 2: uncaught exception: [all_reduce] rank 0: timed out"),
             std::string::npos)
       << r.output;
+}
+
+TEST_F(Failures, EnvironmentWithoutLauncherIsAClearError) {
+  // torchrun-style variables but no mpirun: MPI sees a world of one.
+  JobResult r = run_command("env -u OMPI_COMM_WORLD_SIZE WORLD_SIZE=2 RANK=0 timeout -s KILL 60 " + self() +
+                            " --crash=init");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("[distributed.init] the environment says rank 0 of 2 but MPI says rank 0 of 1; "
+                          "launch the processes with mpirun"),
+            std::string::npos)
+      << r.output;
+  r = run_command("WORLD_SIZE=two timeout -s KILL 60 " + self() + " --crash=init");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("[distributed.init] WORLD_SIZE='two' is not a non-negative integer"), std::string::npos)
+      << r.output;
+  r = run_command("WORLD_SIZE=1 RANK=0 timeout -s KILL 60 " + self() + " --crash=init");  // a world of one
+  EXPECT_EQ(r.status, 0) << r.output;
 }
