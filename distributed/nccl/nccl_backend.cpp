@@ -90,8 +90,12 @@ class NcclWork final : public Work {
         rank_(rank), timeout_(timeout) {}
   ~NcclWork() override {
     if (!waited_ && !comm_->aborted) {
-      // Order the caller's stream after the collective before the tensors can be reused.
-      cudaStreamWaitEvent(cuda::detail::current_stream_handle(device_), done_, 0);
+      // Order the caller's stream after the collective before the tensors can be reused
+      // (best effort: a destructor cannot report a failure).
+      try {
+        cudaStreamWaitEvent(cuda::detail::current_stream_handle(device_), done_, 0);
+      } catch (...) {
+      }
     }
     cudaEventDestroy(done_);
   }
@@ -151,9 +155,14 @@ class NcclProcessGroup final : public ProcessGroup {
     EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
   ~NcclProcessGroup() override {
-    DeviceGuard guard(device_);
+    // Best effort (a destructor cannot report a failure): on this group's device, destroy the
+    // communicator (unless a failure aborted it) and the stream.
+    int prev = 0;
+    const bool switched = cudaGetDevice(&prev) == cudaSuccess && prev != device_ &&
+                          cudaSetDevice(device_) == cudaSuccess;
     if (!comm_->aborted) ncclCommDestroy(comm_->comm);
     cudaStreamDestroy(stream_);
+    if (switched) cudaSetDevice(prev);
   }
   const char* backend() const override { return "nccl"; }
   Device device() const override { return Device::cuda(device_); }
