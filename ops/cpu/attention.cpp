@@ -47,11 +47,18 @@ template <class C>
 using MapM = Eigen::Map<Mat<C>>;
 template <class C>
 using CMapM = Eigen::Map<const Mat<C>>;
+// Scratch memory aligned to Eigen's packet size. Eigen's vectorized reductions over an
+// unaligned Map (row sums, max, dot products) peel a scalar head up to the first aligned
+// address, so their rounding depends on the buffer's address modulo the packet size. With
+// malloc'd buffers and per-thread scratch under a dynamic schedule that differed from run to
+// run; aligned scratch makes the results bit-identical across runs (set_deterministic).
+template <class C>
+using Scratch = std::vector<C, Eigen::aligned_allocator<C>>;
 
 // The elements of `t` (contiguous) in the compute type: the storage itself when it already
 // is, else a converted copy held in `buf`.
 template <class C, class S>
-const C* as_compute(const Tensor& t, std::vector<C>& buf) {
+const C* as_compute(const Tensor& t, Scratch<C>& buf) {
   const S* p = t.data_ptr<S>();
   if constexpr (std::is_same_v<S, C>) {
     return p;
@@ -83,7 +90,7 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                 D = q.sizes()[3];
   const int64_t off = Tk - Tq;
   const C scale = C(scale_d);
-  std::vector<C> qbuf, kbuf, vbuf;
+  Scratch<C> qbuf, kbuf, vbuf;
   const C* qp = as_compute<C, S>(q, qbuf);
   const C* kp = as_compute<C, S>(k, kbuf);
   const C* vp = as_compute<C, S>(v, vbuf);
@@ -95,7 +102,7 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 
 #pragma omp parallel if (macs > kParallelMinMacs && tasks > 1)
   {
-    std::vector<C> sbuf(static_cast<size_t>(kBq * kBk)), accbuf(static_cast<size_t>(kBq * D)),
+    Scratch<C> sbuf(static_cast<size_t>(kBq * kBk)), accbuf(static_cast<size_t>(kBq * D)),
         m(static_cast<size_t>(kBq)), l(static_cast<size_t>(kBq));
 #pragma omp for schedule(dynamic)
     for (int64_t t = 0; t < tasks; ++t) {
@@ -147,7 +154,7 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
                 D = q.sizes()[3];
   const int64_t off = Tk - Tq;
   const C scale = C(scale_d);
-  std::vector<C> qbuf, kbuf, vbuf, gbuf, obuf;
+  Scratch<C> qbuf, kbuf, vbuf, gbuf, obuf;
   const C* qp = as_compute<C, S>(q, qbuf);
   const C* kp = as_compute<C, S>(k, kbuf);
   const C* vp = as_compute<C, S>(v, vbuf);
@@ -161,7 +168,7 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
 
 #pragma omp parallel if (macs > kParallelMinMacs && BH > 1)
   {
-    std::vector<C> sbuf(static_cast<size_t>(kBq * kBk)), dpbuf(static_cast<size_t>(kBq * kBk)),
+    Scratch<C> sbuf(static_cast<size_t>(kBq * kBk)), dpbuf(static_cast<size_t>(kBq * kBk)),
         dkbuf(static_cast<size_t>(kBk * D)), dvbuf(static_cast<size_t>(kBk * D)),
         dqbuf(static_cast<size_t>(Tq * D)), delta(static_cast<size_t>(Tq));
 #pragma omp for schedule(dynamic)
