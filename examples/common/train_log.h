@@ -47,6 +47,12 @@ class ProgressBar {
 
   // Called after each batch with the running averages of the epoch so far.
   void update(int64_t done, double loss, double accuracy, double samples_per_s) {
+    char stats[64];
+    std::snprintf(stats, sizeof stats, "loss %.4f acc %5.2f%%", loss, 100.0 * accuracy);
+    update(done, stats, samples_per_s, "samples/s");
+  }
+  // The general form: `stats` is shown as is, then the rate in `unit` and the ETA.
+  void update(int64_t done, const std::string& stats, double rate, const char* unit) {
     done_ = done;
     const int decile = total_ > 0 ? int(10 * done / total_) : 10;
     if (!tty_ && decile == last_decile_ && done != total_) return;
@@ -57,9 +63,9 @@ class ProgressBar {
     const int filled = total_ > 0 ? int(width * done / total_) : width;
     std::string bar(size_t(filled), '#');
     bar.resize(size_t(width), '.');
-    std::printf("%s%s [%s] %lld/%lld loss %.4f acc %5.2f%% %s samples/s %s %s%s", tty_ ? "\r" : "",
-                label_.c_str(), bar.c_str(), (long long)done, (long long)total_, loss,
-                100.0 * accuracy, human_rate(samples_per_s).c_str(), done == total_ ? "in" : "ETA",
+    std::printf("%s%s [%s] %lld/%lld %s %s %s %s %s%s", tty_ ? "\r" : "", label_.c_str(),
+                bar.c_str(), (long long)done, (long long)total_, stats.c_str(),
+                human_rate(rate).c_str(), unit, done == total_ ? "in" : "ETA",
                 human_duration(done == total_ ? elapsed : eta).c_str(), tty_ ? "\033[K" : "\n");
     std::fflush(stdout);
   }

@@ -1,0 +1,415 @@
+// gpt: train GPT-2 (the `tiny` preset on a CPU, `gpt2-small` = 124M on a GPU) on token shards,
+// or sample from a saved model. The whole loop a user would write: TokenShards batches,
+// gradient accumulation, autocast (+ GradScaler for fp16), gradient clipping, AdamW with
+// warmup + cosine decay, data parallel over mpirun ranks, validation, samples from a KV-cache
+// generator, crash-safe checkpoints, metrics, and a final `result: {json}` line.
+//
+//   bash scripts/fetch_data.sh gpt2 brown && build/bin/gpt-prepare   # data/brown_tokens/
+//   build/bin/gpt                                                     # tiny, CPU, 200 steps
+//   build/bin/gpt --preset gpt2-small --device cuda --amp bf16 --batch-size 16 --seq-len 1024
+//                 --total-batch-tokens 524288 --steps 5000 --checkpoint runs/gpt2
+//   mpirun -np 2 build/bin/gpt --ddp ...                              # one rank per GPU/CPU
+//   build/bin/gpt --generate --checkpoint runs/gpt2 --prompt "The jury said"
+//
+// Per step: --total-batch-tokens / (B * T * ranks) micro-batches of B x T tokens on each rank,
+// their mean loss backpropagated (DDP reduces only after the last one: no_sync), the gradient
+// norm clipped to --grad-clip, one AdamW step (betas 0.9/0.95, weight decay on matrices and
+// embeddings only) at the schedule's lr. Resuming is bit-exact on the CPU: the checkpoint holds
+// model, optimizer, scheduler, CPU RNG, step and the data position (TokenShards' whole state).
+// A non-finite loss stops the run before anything is saved (exit 3).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <ember/amp.h>
+#include <ember/data.h>
+#include <ember/deterministic.h>
+#include <ember/ember.h>
+
+#include "common/train_log.h"
+
+using namespace ember;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Config {
+  std::string data = "data/brown_tokens/brown_train_*.bin";
+  std::string val_data = "data/brown_tokens/brown_val_*.bin";
+  std::string tokenizer = "data/gpt2";
+  std::string preset = "tiny", device = "cpu", amp = "off", checkpoint, out;
+  int64_t batch_size = 8, seq_len = 0, total_batch_tokens = 0, steps = 200, warmup_steps = 20;
+  int64_t eval_every = 50, eval_steps = 10, sample_every = 100, sample_tokens = 64;
+  int64_t checkpoint_every = 0, log_every = 10;
+  double lr = 1e-3, min_lr = -1, weight_decay = 0.1, grad_clip = 1.0;
+  uint64_t seed = 0;
+  bool resume = false, ddp = false, recompute = false, deterministic = false;
+  // --generate
+  bool generate = false;
+  std::string prompt;
+  int64_t max_new_tokens = 100, top_k = 40;
+  double temperature = 1.0;
+};
+
+// Dense bf16 tensor-core FLOP per SM per clock: sm_80 (A100) 2048, sm_90 (H100/H200) 4096.
+// 0 when unknown (MFU is then not shown). On a CPU there is no such ceiling either.
+double peak_bf16_flops(Device dev) {
+  if (!dev.is_cuda()) return 0;
+  const cuda::DeviceProperties p = cuda::get_device_properties(dev.index);
+  const double per_sm_clock = p.major == 9 ? 4096 : p.major == 8 && p.minor == 0 ? 2048 : 0;
+  return per_sm_clock * p.multiprocessor_count * p.clock_rate_khz * 1e3;
+}
+
+// Training FLOPs per token (nanoGPT's estimate_mfu, PaLM appendix B): 6 N for the weights
+// plus 12 L C T for the attention scores and values (forward and backward).
+double flops_per_token(const nn::GPT& model, int64_t seq_len) {
+  const nn::GPTConfig& c = model.config;
+  return 6.0 * double(model.num_parameters()) + 12.0 * double(c.n_layer * c.n_embd * seq_len);
+}
+
+std::optional<data::GPT2Tokenizer> load_tokenizer(const std::string& dir) {
+  if (!fs::exists(fs::path(dir) / "encoder.json")) return std::nullopt;
+  return data::GPT2Tokenizer::from_dir(dir);
+}
+
+// Samples `tokens` tokens after `prompt` (the end-of-text token when empty) with a generator
+// of its own, so sampling never changes the training run's random numbers.
+std::string sample_text(const nn::GPT& model, const data::GPT2Tokenizer& tok, std::vector<int32_t> prompt,
+                        int64_t tokens, double temperature, int64_t top_k, uint64_t seed, Device dev) {
+  if (prompt.empty()) prompt.push_back(tok.eot_token());
+  std::vector<int64_t> ids(prompt.begin(), prompt.end());
+  Tensor idx = tensor(ids, {int64_t(ids.size())}).to(dev);
+  Generator gen(seed);
+  Tensor out = model.generate(idx, tokens, temperature, top_k, &gen).to(Device::cpu());
+  std::vector<int32_t> generated;
+  const int64_t* p = out.contiguous().data_ptr<int64_t>();
+  for (int64_t i = int64_t(prompt.size()); i < out.numel(); ++i) {
+    if (p[i] >= int64_t(tok.vocab_size())) continue;  // a padded id: never sampled, but be safe
+    generated.push_back(int32_t(p[i]));
+  }
+  return tok.decode(generated);
+}
+
+int generate(const Config& cfg) {
+  EMBER_CHECK(!cfg.checkpoint.empty(), ValueError, "[gpt] --generate needs --checkpoint DIR");
+  const Device dev = cfg.device == "cuda" ? Device::cuda(0) : Device::cpu();
+  std::optional<io::Checkpoint> ckpt = io::load_latest_checkpoint(cfg.checkpoint, dev);
+  EMBER_CHECK(ckpt.has_value(), IOError, "[gpt] --checkpoint ", cfg.checkpoint, " holds no checkpoint");
+  std::optional<data::GPT2Tokenizer> tok = load_tokenizer(cfg.tokenizer);
+  EMBER_CHECK(tok.has_value(), IOError, "[gpt] --tokenizer ", cfg.tokenizer,
+              " has no encoder.json (run: bash scripts/fetch_data.sh gpt2)");
+  nn::GPT model(nn::GPTConfig::preset(ckpt->meta.at("preset")));
+  model.load_state_dict(ckpt->model);
+  model.to(dev);
+  model.eval();
+  std::printf("%s%s\n", cfg.prompt.c_str(),
+              sample_text(model, *tok, tok->encode(cfg.prompt), cfg.max_new_tokens, cfg.temperature,
+                          cfg.top_k, cfg.seed, dev)
+                  .c_str());
+  return 0;
+}
+
+int train(const Config& cfg) {
+  const int world = cfg.ddp ? distributed::world_size() : 1;
+  const int rank = cfg.ddp ? distributed::rank() : 0;
+  const Device dev = cfg.device == "cuda" ? Device::cuda(cfg.ddp ? distributed::local_rank() : 0) : Device::cpu();
+  manual_seed(cfg.seed);
+
+  // ---- model, shapes, optimizer ----
+  nn::GPT model(nn::GPTConfig::preset(cfg.preset));
+  model.recompute = cfg.recompute;
+  model.to(dev);
+  const int64_t B = cfg.batch_size, T = cfg.seq_len > 0 ? cfg.seq_len : model.config.block_size;
+  EMBER_CHECK(T <= model.config.block_size, ValueError, "[gpt] --seq-len ", T,
+              " exceeds the block size ", model.config.block_size, " of --preset ", cfg.preset);
+  const int64_t tokens_per_micro = B * T * world;
+  const int64_t total_batch = cfg.total_batch_tokens > 0 ? cfg.total_batch_tokens : tokens_per_micro;
+  EMBER_CHECK(total_batch % tokens_per_micro == 0, ValueError, "[gpt] --total-batch-tokens ", total_batch,
+              " must be a multiple of batch x seq-len x ranks = ", B, " x ", T, " x ", world, " = ",
+              tokens_per_micro);
+  const int64_t accum = total_batch / tokens_per_micro;
+
+  data::TokenShards train_data(cfg.data, {.batch_size = B, .seq_len = T, .shuffle = true, .seed = cfg.seed,
+                                          .rank = rank, .world_size = world,
+                                          .vocab_size = model.config.vocab_size});
+  std::optional<data::TokenShards> val_data;
+  if (cfg.eval_every > 0 && !cfg.val_data.empty())
+    val_data.emplace(cfg.val_data, data::TokenShardsOptions{.batch_size = B, .seq_len = T, .shuffle = false,
+                                                            .seed = 0, .rank = rank, .world_size = world,
+                                                            .vocab_size = model.config.vocab_size});
+
+  optim::AdamW opt(model.configure_optimizer_groups<optim::AdamWOptions>(
+      cfg.weight_decay, {.lr = cfg.lr, .betas = {0.9, 0.95}, .eps = 1e-8}));
+  const double min_lr = cfg.min_lr >= 0 ? cfg.min_lr : cfg.lr / 10;
+  optim::WarmupCosineLR schedule(opt, std::min(cfg.warmup_steps, cfg.steps - 1), cfg.steps, min_lr);
+  std::unique_ptr<distributed::DistributedDataParallel> ddp;
+  if (cfg.ddp) ddp = std::make_unique<distributed::DistributedDataParallel>(model);
+  auto mean_over_ranks = [&](double v) {
+    if (!ddp) return v;
+    Tensor t = full({}, v, DType::f64);
+    ddp->process_group().all_reduce(t, distributed::ReduceOp::avg);
+    return t.item<double>();
+  };
+  const bool use_amp = cfg.amp != "off";
+  const DType amp_dtype = cfg.amp == "fp16" ? DType::f16 : DType::bf16;
+  amp::GradScaler scaler({.enabled = cfg.amp == "fp16"});
+
+  // ---- resume ----
+  int64_t step = 0;
+  if (cfg.resume) {
+    EMBER_CHECK(!cfg.checkpoint.empty(), ValueError, "[gpt] --resume needs --checkpoint DIR");
+    if (auto ckpt = io::load_latest_checkpoint(cfg.checkpoint, dev)) {
+      for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+               {"preset", cfg.preset}, {"seq_len", std::to_string(T)},
+               {"total_batch_tokens", std::to_string(total_batch)}})
+        EMBER_CHECK(ckpt->meta[key] == value, ValueError, "[gpt] the checkpoint in ", cfg.checkpoint,
+                    " has ", key, " ", ckpt->meta[key], ", this run ", value);
+      model.load_state_dict(ckpt->model);
+      opt.load_state_dict(ckpt->optimizer);
+      schedule.load_state_dict(ckpt->scheduler);
+      if (scaler.is_enabled() && ckpt->meta.count("amp_scale")) {
+        StateDict sd = scaler.state_dict();
+        sd.set_scalar("scale", std::stod(ckpt->meta["amp_scale"]));
+        sd.set_int("growth_tracker", std::stoll(ckpt->meta["amp_growth_tracker"]));
+        scaler.load_state_dict(sd);
+      }
+      default_generator(Device::cpu()).set_state(ckpt->rng);
+      // The data position counts micro-batches, so a run may resume with other --batch-size
+      // / rank splits only at the cost of a different data order: refuse that above.
+      train_data.set_position(std::stoll(ckpt->meta.at("data_position")));
+      step = ckpt->step;
+      std::printf("resumed from %s/%s (step %lld)\n", cfg.checkpoint.c_str(),
+                  io::checkpoint_folder_name(step).c_str(), (long long)step);
+    } else {
+      std::printf("no checkpoint in %s yet: starting fresh\n", cfg.checkpoint.c_str());
+    }
+  }
+  auto save = [&](int64_t at_step, double loss) {
+    if (cfg.checkpoint.empty() || rank != 0) return;  // every rank holds the same state
+    io::Checkpoint ckpt;
+    ckpt.model = model.state_dict();
+    ckpt.optimizer = opt.state_dict();
+    ckpt.scheduler = schedule.state_dict();
+    ckpt.step = at_step;
+    ckpt.rng = default_generator(Device::cpu()).get_state();
+    ckpt.meta = {{"preset", cfg.preset},          {"seq_len", std::to_string(T)},
+                 {"batch_size", std::to_string(B)}, {"total_batch_tokens", std::to_string(total_batch)},
+                 {"seed", std::to_string(cfg.seed)}, {"train_loss", std::to_string(loss)},
+                 {"amp", cfg.amp},                   {"data_position", std::to_string(train_data.position())}};
+    if (scaler.is_enabled()) {
+      const StateDict sd = scaler.state_dict();
+      char scale[64];
+      std::snprintf(scale, sizeof scale, "%.17g", sd.scalar("scale"));
+      ckpt.meta["amp_scale"] = scale;
+      ckpt.meta["amp_growth_tracker"] = std::to_string(sd.integer("growth_tracker"));
+    }
+    io::save_checkpoint(cfg.checkpoint, ckpt);
+  };
+
+  auto evaluate = [&]() {
+    NoGradGuard no_grad;
+    model.eval();
+    val_data->reset();
+    double sum = 0;
+    for (int64_t i = 0; i < cfg.eval_steps; ++i) {
+      auto [x, y] = val_data->next();
+      amp::autocast ac(dev, amp_dtype, use_amp);
+      sum += model.forward(x.to(dev, true), y.to(dev, true)).item<double>();
+    }
+    model.train();
+    return mean_over_ranks(sum / double(cfg.eval_steps));
+  };
+  std::optional<data::GPT2Tokenizer> tokenizer;
+  if (rank == 0 && cfg.sample_every > 0) {
+    tokenizer = load_tokenizer(cfg.tokenizer);
+    if (!tokenizer)
+      std::printf("note: no tokenizer in %s (bash scripts/fetch_data.sh gpt2): no samples\n",
+                  cfg.tokenizer.c_str());
+  }
+
+  const std::string out_dir = !cfg.out.empty() ? cfg.out : !cfg.checkpoint.empty() ? cfg.checkpoint : "runs/gpt";
+  std::optional<examples::MetricsLog> metrics;
+  if (rank == 0)
+    metrics.emplace(out_dir, std::vector<std::string>{"step", "train_loss", "val_loss", "lr", "grad_norm", "ms",
+                                                      "tokens_per_s", "mfu"},
+                    /*append=*/step > 0);
+  const double peak = peak_bf16_flops(dev), flops_token = flops_per_token(model, T);
+  std::printf("gpt: %s (%lld parameters) on %s%s, %lld train tokens, batch %lld x %lld x %d ranks x %lld "
+              "micro-steps = %lld tokens/step, AdamW lr %g -> %g, %lld steps\n",
+              cfg.preset.c_str(), (long long)model.num_parameters(), dev.is_cuda() ? "cuda" : "cpu",
+              use_amp ? (" with " + cfg.amp + " autocast").c_str() : "", (long long)train_data.num_tokens(),
+              (long long)B, (long long)T, world, (long long)accum, (long long)total_batch, cfg.lr, min_lr,
+              (long long)cfg.steps);
+
+  // ---- training ----
+  examples::ProgressBar bar("train", cfg.steps, step);
+  double last_loss = NAN, last_val = NAN, train_seconds = 0, last_tokens_per_s = 0, last_mfu = NAN;
+  int64_t trained_steps = 0;
+  model.train();
+  while (step < cfg.steps) {
+    const auto t0 = std::chrono::steady_clock::now();
+    opt.zero_grad();
+    Tensor loss_sum = zeros({}, TensorOptions(DType::f32).device(dev));
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      auto [x, y] = train_data.next();
+      Tensor xd = x.to(dev, true), yd = y.to(dev, true);
+      // DDP reduces the gradients only in the last micro-batch's backward.
+      std::optional<distributed::DistributedDataParallel::NoSyncGuard> no_sync;
+      if (ddp && micro + 1 < accum) no_sync.emplace(*ddp);
+      Tensor loss;
+      {
+        amp::autocast ac(dev, amp_dtype, use_amp);
+        loss = ddp ? ddp->forward([&] { return model.forward(xd, yd); }) : model.forward(xd, yd);
+      }
+      loss = loss / double(accum);  // the mean over the micro-batches, as one big batch
+      scaler.scale(loss).backward();
+      NoGradGuard no_grad;
+      loss_sum += loss.detach().to(DType::f32);
+    }
+    scaler.unscale_(opt);
+    const double grad_norm = optim::clip_grad_norm_(model.parameters(), cfg.grad_clip).item<double>();
+    const double lr = opt.lr(0);
+    scaler.step(opt);  // skipped (fp16) when a gradient is inf/NaN
+    scaler.update();
+    schedule.step();
+    ++step;
+    const double loss = mean_over_ranks(loss_sum.item<double>());  // syncs the step
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    train_seconds += seconds;
+    ++trained_steps;
+    if (!std::isfinite(loss)) {
+      bar.finish();
+      std::fprintf(stderr, "gpt: the loss became %g at step %lld; stopping without saving a checkpoint "
+                           "(try a lower --lr or --amp bf16)\n", loss, (long long)step);
+      return 3;
+    }
+    last_loss = loss;
+    last_tokens_per_s = double(total_batch) / seconds;
+    last_mfu = peak > 0 ? flops_token * last_tokens_per_s / world / peak : NAN;
+    const bool last = step == cfg.steps;
+    double val = NAN;
+    if (val_data && (step % cfg.eval_every == 0 || last)) val = last_val = evaluate();
+    if (step % cfg.log_every == 0 || last || std::isfinite(val)) {
+      char stats[160];
+      std::snprintf(stats, sizeof stats, "loss %.4f%s lr %.2e norm %.2f %.0f ms", loss,
+                    std::isfinite(val) ? (" val " + std::to_string(val).substr(0, 6)).c_str() : "", lr,
+                    grad_norm, seconds * 1e3);
+      std::string extra = stats;
+      if (std::isfinite(last_mfu)) extra += " MFU " + std::to_string(int(std::lround(100 * last_mfu))) + "%";
+      if (dev.is_cuda())
+        extra += " mem " + std::to_string(cuda::max_memory_allocated(dev.index) >> 20) + " MiB";
+      bar.update(step, extra, last_tokens_per_s, "tok/s");
+      if (metrics)
+        metrics->record({double(step), loss, val, lr, grad_norm, seconds * 1e3, last_tokens_per_s, last_mfu});
+    }
+    if (tokenizer && cfg.sample_every > 0 && (step % cfg.sample_every == 0 || last)) {
+      model.eval();
+      const std::string text = sample_text(model, *tokenizer, {}, cfg.sample_tokens, 1.0, 40, cfg.seed + uint64_t(step), dev);
+      model.train();
+      std::printf("%s--- sample at step %lld ---\n%s\n---\n", isatty(fileno(stdout)) ? "\n" : "",
+                  (long long)step, text.c_str());
+    }
+    if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && !last) save(step, loss);
+  }
+  bar.finish();
+  save(step, last_loss);
+  if (rank != 0) return 0;
+  if (metrics) metrics->write_svg("ember gpt (" + cfg.preset + ")");
+  const double tokens_per_s = train_seconds > 0 ? double(trained_steps * total_batch) / train_seconds : 0;
+  examples::ResultLine line;
+  line.num("train_loss", last_loss)
+      .num("val_loss", last_val)
+      .num("tokens_per_s", tokens_per_s)
+      .num("steps", double(step))
+      .text("preset", cfg.preset)
+      .text("device", cfg.device)
+      .text("amp", cfg.amp)
+      .num("ranks", world);
+  if (peak > 0) line.num("mfu", flops_token * tokens_per_s / world / peak);
+  if (dev.is_cuda()) line.num("peak_memory_mib", double(cuda::max_memory_allocated(dev.index) >> 20));
+  if (metrics) std::printf("metrics: %s, %s\n", metrics->csv_path().c_str(), metrics->svg_path().c_str());
+  line.print();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  CLI::App app{"ember: train GPT-2 on token shards (build/bin/gpt-prepare), or sample from a checkpoint"};
+  const CLI::Validator finite_positive(
+      [](const std::string& text) -> std::string {
+        const double v = std::strtod(text.c_str(), nullptr);
+        return std::isfinite(v) && v > 0 ? "" : "must be a finite positive number, not " + text;
+      },
+      "POSITIVE");
+  const auto positive_count = CLI::Range(int64_t(1), int64_t(1) << 40);
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later flags win
+  app.add_option("--data", cfg.data, "training shards: a .bin file, a folder, or a pattern like dir/x_train_*.bin");
+  app.add_option("--val-data", cfg.val_data, "validation shards ('' for none)");
+  app.add_option("--tokenizer", cfg.tokenizer, "folder with GPT-2's encoder.json and vocab.bpe (samples)");
+  app.add_option("--preset", cfg.preset, "model size: tiny or gpt2-small (124M)")
+      ->check(CLI::IsMember({"tiny", "gpt2-small", "gpt2"}));
+  app.add_option("--batch-size", cfg.batch_size, "sequences per micro-batch on each rank")->check(positive_count);
+  app.add_option("--seq-len", cfg.seq_len, "tokens per sequence (default: the preset's block size)")
+      ->check(positive_count);
+  app.add_option("--total-batch-tokens", cfg.total_batch_tokens,
+                 "tokens per optimizer step over all ranks (gradient accumulation; default one micro-batch)")
+      ->check(positive_count);
+  app.add_option("--steps", cfg.steps, "optimizer steps")->check(positive_count);
+  app.add_option("--lr", cfg.lr, "peak AdamW learning rate")->check(finite_positive);
+  app.add_option("--min-lr", cfg.min_lr, "final learning rate of the cosine decay (default lr/10)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup-steps", cfg.warmup_steps, "linear warmup steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--weight-decay", cfg.weight_decay, "AdamW weight decay on matrices and embeddings")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--grad-clip", cfg.grad_clip, "clip the gradient norm to this")->check(finite_positive);
+  app.add_option("--amp", cfg.amp, "mixed precision: off, bf16, fp16 (with GradScaler)")
+      ->check(CLI::IsMember({"off", "bf16", "fp16"}));
+  app.add_option("--device", cfg.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_flag("--ddp", cfg.ddp, "data parallel over the ranks of mpirun -np N");
+  app.add_flag("--recompute", cfg.recompute, "activation checkpointing: recompute each block in backward");
+  app.add_option("--eval-every", cfg.eval_every, "validation loss every N steps (0: never)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--eval-steps", cfg.eval_steps, "validation micro-batches per evaluation")->check(positive_count);
+  app.add_option("--sample-every", cfg.sample_every, "print a generated sample every N steps (0: never)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--sample-tokens", cfg.sample_tokens, "tokens per sample")->check(positive_count);
+  app.add_option("--checkpoint", cfg.checkpoint, "checkpoint folder (saved at the end and every --checkpoint-every)");
+  app.add_option("--checkpoint-every", cfg.checkpoint_every, "also save every N steps")->check(CLI::NonNegativeNumber);
+  app.add_flag("--resume", cfg.resume, "continue from the latest checkpoint in --checkpoint");
+  app.add_option("--log-every", cfg.log_every, "log a step every N steps")->check(positive_count);
+  app.add_option("--out", cfg.out, "folder for metrics.csv and metrics.svg (default: --checkpoint or runs/gpt)");
+  app.add_option("--seed", cfg.seed, "seed for initialization, data order and samples");
+  app.add_flag("--deterministic", cfg.deterministic, "ember::set_deterministic(true)");
+  app.add_flag("--generate", cfg.generate, "sample from the latest checkpoint in --checkpoint instead of training");
+  app.add_option("--prompt", cfg.prompt, "--generate: the text to continue");
+  app.add_option("--max-new-tokens", cfg.max_new_tokens, "--generate: tokens to sample")->check(positive_count);
+  app.add_option("--temperature", cfg.temperature, "--generate: softmax temperature (0: greedy)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--top-k", cfg.top_k, "--generate: sample among the k likeliest tokens (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  CLI11_PARSE(app, argc, argv);
+  ember::set_deterministic(cfg.deterministic);
+  if (cfg.ddp) {
+    distributed::init();
+    if (distributed::rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) return 1;
+    return distributed::abort_on_error([&] {
+      const int rc = train(cfg);
+      distributed::finalize();
+      return rc;
+    });
+  }
+  try {
+    return cfg.generate ? generate(cfg) : train(cfg);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "gpt: %s\n", e.what());
+    return 1;
+  }
+}
