@@ -197,15 +197,19 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, const Geometry& g) {
   };
   const size_t col_elems = g.direct ? 0 : size_t(g.ckk * g.hw);
   if (g.parallel_samples()) {
-    // Samples in parallel: each thread sums its samples privately, then the sums are added.
+    // Samples in parallel: each thread sums its (static, so fixed) samples privately, then
+    // the partial sums are added in thread order, never in arrival order, so the result is
+    // the same on every run with the same thread count.
+    std::vector<std::vector<T>> partial(static_cast<size_t>(omp_get_max_threads()));
 #pragma omp parallel
     {
       std::vector<T> col(col_elems), acc(wsize, T(0));
-#pragma omp for schedule(static) nowait
+#pragma omp for schedule(static)
       for (int64_t n = 0; n < g.N; ++n) sample(n, col.data(), acc.data());
-#pragma omp critical(ember_conv_backward_weight)
-      for (size_t i = 0; i < wsize; ++i) gw[i] += acc[i];
+      partial[size_t(omp_get_thread_num())] = std::move(acc);
     }
+    for (const std::vector<T>& acc : partial)
+      for (size_t i = 0; i < acc.size(); ++i) gw[i] += acc[i];
   } else {
     std::vector<T> col(col_elems);
     for (int64_t n = 0; n < g.N; ++n) sample(n, col.data(), gw);
