@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 SECONDS_PER=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(fuzz_idx fuzz_safetensors fuzz_checkpoint)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(fuzz_idx fuzz_safetensors fuzz_checkpoint fuzz_token_shards fuzz_tokenizer_files)
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
 JOBS=${JOBS:-$(nproc)}
 RSS_MB=${RSS_MB:-1024}
