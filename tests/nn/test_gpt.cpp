@@ -259,3 +259,48 @@ TEST(GPT, TinyPresetTrainsOneAdamWStep) {
   EXPECT_LT(model.forward(idx, targets).item<double>(), l0.item<double>() - 0.5);
   EXPECT_THROW(nn::GPTConfig::preset("gpt5"), ValueError);
 }
+
+// The same GPT on the GPU and on the CPU: logits, loss and every gradient. f32 with TF32 off
+// is tight; bf16 autocast (the tensor-core attention path: head dim 64) is compared with the
+// f32 CPU run at a bf16 tolerance.
+TEST(GPTCuda, MatchesCpuInF32AndUnderBf16Autocast) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  nn::GPTConfig c = nn::GPTConfig::preset("tiny");
+  c.n_embd = 128;
+  c.n_head = 2;  // head dim 64
+  c.vocab_size = 100;
+  c.padded_vocab_size = 128;
+  manual_seed(11);
+  nn::GPT cpu(c), gpu(c);
+  gpu.load_state_dict(cpu.state_dict());
+  gpu.to(Device::cuda());
+  Tensor idx = randint(0, 100, {2, 40}, DType::i64);
+  Tensor targets = randint(0, 100, {2, 40}, DType::i64);
+  Tensor loss_cpu = cpu.forward(idx, targets);
+  loss_cpu.backward();
+  const auto cpu_params = cpu.named_parameters();
+
+  const bool tf32 = cuda::allow_tf32();
+  cuda::set_allow_tf32(false);
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 autocast" : "f32");
+    gpu.zero_grad();
+    Tensor loss_gpu;
+    {
+      amp::autocast ac(Device::cuda(), DType::bf16, bf16);
+      loss_gpu = gpu.forward(idx.to(Device::cuda()), targets.to(Device::cuda()));
+    }
+    loss_gpu.backward();
+    const double tol = bf16 ? 3e-2 : 1e-4;
+    EXPECT_NEAR(loss_gpu.item<double>(), loss_cpu.item<double>(), tol * std::fabs(loss_cpu.item<double>()));
+    const auto gpu_params = gpu.named_parameters();
+    ASSERT_EQ(gpu_params.size(), cpu_params.size());
+    for (size_t i = 0; i < cpu_params.size(); ++i) {
+      const Tensor& gc = cpu_params[i].second.grad();
+      const Tensor gg = gpu_params[i].second.grad().to(Device::cpu()).to(DType::f32);
+      const double scale = std::max(1e-3, gc.abs().max().item<double>());
+      EXPECT_LE(max_abs_diff(gg, gc), (bf16 ? 5e-2 : 1e-4) * scale) << cpu_params[i].first;
+    }
+  }
+  cuda::set_allow_tf32(tf32);
+}
