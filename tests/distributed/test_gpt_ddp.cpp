@@ -1,7 +1,7 @@
 // examples/gpt --ddp end to end: `mpirun -np 2 gpt --ddp` with B rows per rank trains as `gpt`
 // in one process with 2B rows (the independent reference): TokenShards gives the two ranks the
 // two halves of the same global batch, and DDP averages their gradients, so the logged losses
-// and the final weights agree within f32 round-off. Two micro-batches per step exercise
+// and the final weights agree within f32 round-off amplified by Adam. Two micro-batches per step exercise
 // no_sync. Runs in the single-process invocation (it calls mpirun).
 #include <sys/wait.h>
 #include <unistd.h>
@@ -91,7 +91,9 @@ TEST(GptDdp, TwoRanksTrainAsOneProcessWithTwiceTheRows) {
   for (const auto& [name, t] : a) diff = std::max(diff, test::max_abs_diff(t, b.at(name)));
   std::printf("gpt --ddp (2 ranks x 1 row) vs one process x 2 rows, 6 AdamW steps: max weight difference %.3g\n",
               diff);
-  EXPECT_LT(diff, 1e-5);
+  // Adam divides by sqrt(v): a gradient that differs in its last bits moves a weight by up to
+  // about lr * 1e-3 per step here (7e-6 measured; the weights moved by up to 1.8e-2).
+  EXPECT_LT(diff, 5e-5);
   fs::remove_all(root);
 #endif
 }
