@@ -174,4 +174,19 @@ TEST_F(GptExample, BadFlagsAndFilesAreNamed) {
   EXPECT_NE(r.output.find("short.bin"), std::string::npos) << r.output;
 }
 
+// A learning rate of 1e30 blows the loss up at step 2: the run says so and stops with exit 3,
+// keeping the step-1 checkpoint (saved every step) as the latest, never a poisoned one.
+TEST_F(GptExample, NonFiniteLossStopsWithoutSaving) {
+  const fs::path ck = root_ / "nan";
+  ProcessResult r = run_gpt(common(ck) + "--steps 6 --lr 1e30 --warmup-steps 0 --checkpoint " + ck.string() +
+                            " --checkpoint-every 1");
+  EXPECT_EQ(r.status, 3) << r.output;
+  EXPECT_NE(r.output.find("stopping without saving a checkpoint"), std::string::npos) << r.output;
+  std::ifstream latest(ck / "latest");
+  std::string name;
+  std::getline(latest, name);
+  EXPECT_EQ(name, "step-00000001") << r.output;
+  EXPECT_FALSE(fs::exists(ck / "step-00000002")) << r.output;
+}
+
 }  // namespace
