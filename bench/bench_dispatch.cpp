@@ -10,6 +10,9 @@
 // next to this binary, it runs as a subprocess in the same run and ratios are reported
 // (ember / LibTorch: below 1 means ember is faster). Goals: <= 150 ns and <= 300 ns.
 //
+// Also measured: the no-grad add while a profiler runs (ember/profiler.h), plain and with
+// record_shapes, in rounds of `iters / 10` ops, each round its own profiling session.
+//
 //   build/bin/bench_dispatch [--iters N] [--rounds R]
 #include <algorithm>
 #include <chrono>
@@ -58,6 +61,23 @@ Timing median_ns(F&& op, long iters, int rounds) {
   std::sort(cpu.begin(), cpu.end());
   std::sort(wall.begin(), wall.end());
   return {cpu[cpu.size() / 2], wall[wall.size() / 2]};
+}
+
+// Like median_ns, with each round inside its own profiling session (stop() not timed).
+template <class F>
+double profiled_median_ns(F&& op, long iters, int rounds, bool shapes) {
+  std::vector<double> cpu;
+  for (int r = 0; r <= rounds; ++r) {  // round 0 warms up
+    profiler::Profiler p({.record_shapes = shapes});
+    p.start();
+    const double c0 = thread_cpu_ns();
+    for (long i = 0; i < iters; ++i) op();
+    const double c1 = thread_cpu_ns();
+    p.stop();
+    if (r > 0) cpu.push_back((c1 - c0) / double(iters));
+  }
+  std::sort(cpu.begin(), cpu.end());
+  return cpu[cpu.size() / 2];
 }
 
 struct PeerResult {
@@ -111,10 +131,15 @@ int main(int argc, char** argv) {
   Tensor ag = ones({1}).requires_grad_();
   const Timing no_grad = median_ns([&] { Tensor c = a + b; }, iters, rounds);
   const Timing grad = median_ns([&] { Tensor c = ag + b; }, iters, rounds);
+  const long prof_iters = std::max(1L, iters / 10);
+  const double prof_on = profiled_median_ns([&] { Tensor c = a + b; }, prof_iters, rounds, false);
+  const double prof_shapes = profiled_median_ns([&] { Tensor c = a + b; }, prof_iters, rounds, true);
   std::printf("1-element add, ns/op (median of %d rounds x %ld; thread CPU time, wall in ())\n",
               rounds, iters);
   std::printf("  ember     no autograd %7.1f (%7.1f)   autograd %7.1f (%7.1f)\n", no_grad.cpu_ns,
               no_grad.wall_ns, grad.cpu_ns, grad.wall_ns);
+  std::printf("  profiler on: no autograd %7.1f, with record_shapes %7.1f (+%.1f, +%.1f ns/op)\n",
+              prof_on, prof_shapes, prof_on - no_grad.cpu_ns, prof_shapes - no_grad.cpu_ns);
 
   const auto peer = run_peer(iters, rounds);
   std::optional<double> t_no_grad, t_grad, r_no_grad, r_grad, r_no_grad_wall, r_grad_wall;
@@ -143,10 +168,11 @@ int main(int argc, char** argv) {
       "\"ratio_vs_libtorch\": {\"no_grad\": %s, \"grad\": %s}, "
       "\"ember_wall_ns\": {\"no_grad\": %.1f, \"grad\": %.1f}, "
       "\"ratio_vs_libtorch_wall\": {\"no_grad\": %s, \"grad\": %s}, "
+      "\"profiler_on_ns\": {\"no_grad\": %.1f, \"record_shapes\": %.1f}, "
       "\"goal_ns\": {\"no_grad\": 150, \"grad\": 300}, \"goal_met\": %s}\n",
       iters, rounds, no_grad.cpu_ns, grad.cpu_ns, fmt(t_no_grad).c_str(), fmt(t_grad).c_str(),
       fmt(r_no_grad, "%.3f").c_str(), fmt(r_grad, "%.3f").c_str(), no_grad.wall_ns,
       grad.wall_ns, fmt(r_no_grad_wall, "%.3f").c_str(), fmt(r_grad_wall, "%.3f").c_str(),
-      ok ? "true" : "false");
+      prof_on, prof_shapes, ok ? "true" : "false");
   return 0;
 }

@@ -13,6 +13,7 @@
 #include "ember/autograd/function.h"
 #include "ember/functions.h"
 #include "ember/ops/elementwise.h"
+#include "ember/profiler.h"
 #include "ember/random.h"
 
 namespace ember::autograd {
@@ -145,7 +146,10 @@ TensorList run_backward(const std::vector<std::shared_ptr<Node>>& roots, TensorL
     const bool run = captures.empty() || needed.count(n);
     TensorList grads;
     if (run && g.defined()) {
-      grads = n->apply(std::move(g));
+      {
+        auto range = profiler::RecordFunction::backward(n->name());  // Note [profiler hooks]
+        grads = n->apply(std::move(g));
+      }
       if (is_anomaly_enabled()) detail::check_gradients(*n, grads);
       if (!retain_graph) n->release();
     }

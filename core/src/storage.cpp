@@ -8,6 +8,7 @@
 
 #include "ember/cuda.h"
 #include "ember/error.h"
+#include "ember/profiler.h"
 
 namespace ember {
 
@@ -25,6 +26,7 @@ class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
+    profiler::detail::note_host_alloc(int64_t(nbytes));  // profile_memory's CPU counter
     const size_t rounded = round(nbytes);
     if (kCacheEnabled && rounded <= kMaxSmall) {
       auto& bin = small_cache().bins[rounded / 64 - 1];
@@ -54,6 +56,7 @@ class CpuAllocator final : public Allocator {
   }
   void deallocate(void* ptr, size_t nbytes) override {
     if (ptr == nullptr) return;
+    profiler::detail::note_host_alloc(-int64_t(nbytes));
     const size_t rounded = round(nbytes);
     if (kCacheEnabled && rounded <= kMaxSmall) {
       auto& bin = small_cache().bins[rounded / 64 - 1];

@@ -12,6 +12,7 @@
 #include "ember/functions.h"
 #include "ember/grad_mode.h"
 #include "ember/ops/matmul_config.h"
+#include "ember/profiler.h"
 #include "ember/random.h"
 #include "ember/state_dict.h"
 #include "ember/tensor.h"
