@@ -32,6 +32,7 @@
 #include <ember/deterministic.h>
 #include <ember/ember.h>
 
+#include "common/profile_steps.h"
 #include "common/train_log.h"
 
 using namespace ember;
@@ -47,6 +48,7 @@ struct Config {
   int64_t batch_size = 8, seq_len = 0, total_batch_tokens = 0, steps = 200, warmup_steps = 20;
   int64_t eval_every = 50, eval_steps = 10, sample_every = 100, sample_tokens = 64;
   int64_t checkpoint_every = 0, log_every = 10;
+  int64_t profile = 0;  // --profile N
   double lr = 1e-3, min_lr = -1, weight_decay = 0.1, grad_clip = 1.0;
   uint64_t seed = 0;
   bool resume = false, ddp = false, recompute = false, deterministic = false;
@@ -239,6 +241,7 @@ int train(const Config& cfg) {
     metrics.emplace(out_dir, std::vector<std::string>{"step", "train_loss", "val_loss", "lr", "grad_norm", "ms",
                                                       "tokens_per_s", "mfu"},
                     /*append=*/step > 0);
+  examples::StepProfiler profile(cfg.profile, out_dir, rank == 0, dev.is_cuda());
   const double peak = peak_bf16_flops(dev), flops_token = flops_per_token(model, T);
   std::printf("gpt: %s (%lld parameters) on %s%s, %lld train tokens, batch %lld x %lld x %d ranks x %lld "
               "micro-steps = %lld tokens/step, AdamW lr %g -> %g, %lld steps\n",
@@ -253,6 +256,7 @@ int train(const Config& cfg) {
   int64_t trained_steps = 0;
   model.train();
   while (step < cfg.steps) {
+    profile.begin_step();
     const auto t0 = std::chrono::steady_clock::now();
     opt.zero_grad();
     Tensor loss_sum = zeros({}, TensorOptions(DType::f32).device(dev));
@@ -316,6 +320,7 @@ int train(const Config& cfg) {
                   (long long)step, text.c_str());
     }
     if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && !last) save(step, loss);
+    if (profile.end_step()) return 0;
   }
   bar.finish();
   save(step, last_loss);
@@ -387,6 +392,9 @@ int main(int argc, char** argv) {
   app.add_option("--log-every", cfg.log_every, "log a step every N steps")->check(positive_count);
   app.add_option("--out", cfg.out, "folder for metrics.csv and metrics.svg (default: --checkpoint or runs/gpt)");
   app.add_option("--seed", cfg.seed, "seed for initialization, data order and samples");
+  app.add_option("--profile", cfg.profile,
+                 "profile N steps after 2 warm-up steps: print the op table, write <out>/trace.json, stop")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--deterministic", cfg.deterministic, "ember::set_deterministic(true)");
   app.add_flag("--generate", cfg.generate, "sample from the latest checkpoint in --checkpoint instead of training");
   app.add_option("--prompt", cfg.prompt, "--generate: the text to continue");

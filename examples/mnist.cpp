@@ -28,6 +28,7 @@
 #include <ember/deterministic.h>
 #include <ember/ember.h>
 
+#include "common/profile_steps.h"
 #include "common/train_log.h"
 
 using namespace ember;
@@ -78,6 +79,7 @@ struct Config {
   std::string checkpoint, out, amp = "off";
   int64_t epochs = 1, batch_size = 128, max_steps = 0, checkpoint_every = 0, log_every = 50;
   int workers = 1;
+  int64_t profile = 0;  // --profile N
   double lr = 1e-3, weight_decay = 0.01;
   uint64_t seed = 0;
   bool resume = false, deterministic = false, ddp = false;
@@ -221,6 +223,7 @@ int run(const Config& cfg) {
                     std::vector<std::string>{"step", "epoch", "train_loss", "train_acc",
                                              "test_loss", "test_acc", "samples_per_s"},
                     /*append=*/step > 0);
+  examples::StepProfiler profile(cfg.profile, out_dir, rank == 0, dev.is_cuda());
   std::printf("mnist: %s on %s, %lld train / %lld test images, %lld parameters, batch %lld, "
               "AdamW lr %g, %lld steps\n",
               cfg.model.c_str(), cfg.device.c_str(), (long long)n_train, (long long)test_set->size(),
@@ -261,6 +264,7 @@ int run(const Config& cfg) {
     double last_loss = NAN;
     for (auto& [x, y] : loader) {
       if (step >= epoch_end) break;
+      profile.begin_step();
       Tensor xd = x.to(dev, true), yd = y.to(dev, true);
       Tensor logits, loss;
       {
@@ -299,6 +303,7 @@ int run(const Config& cfg) {
         if (!epoch_done && metrics) metrics->record({double(step), double(epoch), mean_loss, acc, NAN, NAN, rate});
       }
       if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && !epoch_done) save(step, last_loss);
+      if (profile.end_step()) return 0;
     }
     bar.finish();
     const double epoch_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_epoch).count();
@@ -374,6 +379,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));
   app.add_flag("--deterministic", cfg.deterministic,
                "ember::set_deterministic(true): deterministic algorithms only (docs/reliability.md)");
+  app.add_option("--profile", cfg.profile,
+                 "profile N steps after 2 warm-up steps: print the op table, write <out>/trace.json, stop")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--ddp", cfg.ddp,
                "data parallel over the ranks of mpirun -np N: each rank trains on 1/N of every batch, "
                "rank 0 prints and saves");
