@@ -26,6 +26,11 @@ fi
 if ! bash "$here/fetch_data.sh" gpt2 brown; then
   log "warning: could not fetch gpt2/brown (offline?): the tokenizer reference tests will skip"
 fi
+# Tests that compare with live PyTorch (tests/nn/test_gpt_torch.cpp) need Debian's
+# python3-torch; it is a test-only dependency, so setup.sh leaves it out. Without it they skip.
+if [[ "${EMBER_SKIP_APT:-0}" != 1 ]] && command -v dpkg-query >/dev/null 2>&1 && ! deb_installed python3-torch; then
+  apt_install python3-torch || log "warning: could not install python3-torch: the PyTorch comparison tests will skip"
+fi
 start=$SECONDS
 status=0
 ctest --test-dir "$build_dir" --output-on-failure --timeout 900 -j "$jobs" "$@" || status=$?
