@@ -49,7 +49,7 @@ struct RawEvent {
   int64_t host_delta = 0, device_delta = 0;
   EventKind kind = EventKind::op;
   int8_t device = -1;       // CUDA device of an op on CUDA tensors
-  int8_t memory_device = -2;  // device whose allocator was read at the start (-1: current, -2: none)
+  int8_t memory_device = -2;  // allocator read at the start: a device, -1 current, -2 none
 };
 
 struct CudaRange {
@@ -212,10 +212,23 @@ detail::Range open(ThreadBuffer* b, std::string_view name, EventKind kind, Devic
 
 // Starts the clock of an open range: memory counters, CUDA start event, then the time.
 void arm(ThreadBuffer* b, const detail::Range& r) {
-  const int device = b->events[size_t(r.index)].device;  // only this thread appends
-  const bool cuda_timing = device >= 0 && b->options.with_cuda;
-  if (cuda_timing) ensure_anchor(b, device);
-  if (b->nvtx) detail::nvtx_push(b->events[size_t(r.index)].name);
+  int device;
+  std::string_view name;
+  {
+    std::lock_guard<std::mutex> lock(b->mutex);
+    if (b->closed) return;  // stop() ran since open(): the events may be gone
+    device = b->events[size_t(r.index)].device;
+    name = b->events[size_t(r.index)].name;
+  }
+  bool cuda_timing = device >= 0 && b->options.with_cuda;
+  if (cuda_timing) {
+    try {
+      ensure_anchor(b, device);
+    } catch (const Error&) {
+      cuda_timing = false;  // no CUDA time for this op rather than a failing op
+    }
+  }
+  if (b->nvtx) detail::nvtx_push(name);
   std::lock_guard<std::mutex> lock(b->mutex);
   if (b->closed) return;
   RawEvent& e = b->events[size_t(r.index)];
@@ -228,12 +241,16 @@ void arm(ThreadBuffer* b, const detail::Range& r) {
     }
   }
   if (cuda_timing) {
-    CudaRange& c = b->cuda.emplace_back(
-        CudaRange{cuda::Event({.device = device, .enable_timing = true}),
+    try {
+      CudaRange c{cuda::Event({.device = device, .enable_timing = true}),
                   cuda::Event({.device = device, .enable_timing = true}), device,
-                  cuda::current_stream(device).handle(), false});
-    c.start.record();
-    e.cuda = int32_t(b->cuda.size() - 1);
+                  cuda::current_stream(device).handle(), false};
+      c.start.record();
+      b->cuda.push_back(std::move(c));
+      e.cuda = int32_t(b->cuda.size() - 1);
+    } catch (const Error&) {
+      // as above
+    }
   }
   e.start = b->now();
 }
@@ -336,6 +353,21 @@ void Profiler::start() {
   }
   events_.clear();
   session_ = std::move(s);
+  // The current device's anchor now (its device synchronize must not land inside a CUDA
+  // graph capture started later); other devices get theirs when first used.
+  if (session_->cuda_available) {
+    try {
+      const int device = cuda::current_stream().device();
+      cuda::synchronize(device);
+      Anchor a{cuda::Event({.device = device, .enable_timing = true}), 0};
+      a.event.record();
+      a.cpu_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - session_->t0)
+                     .count();
+      std::lock_guard<std::mutex> lock(session_->mutex);
+      session_->anchors.emplace(device, std::move(a));
+    } catch (const Error&) {
+    }
+  }
   if (options_.profile_memory) detail::g_memory_active.store(true, std::memory_order_relaxed);
   detail::g_active.store(true, std::memory_order_release);
 }
@@ -519,9 +551,10 @@ std::string format_percent(double part, double whole) {
 std::string format_bytes(int64_t b) {
   char buf[32];
   const double a = double(b < 0 ? -b : b);
-  if (a >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f Gb", double(b) / (1024.0 * 1024 * 1024));
-  else if (a >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.2f Mb", double(b) / (1024.0 * 1024));
-  else if (a >= 1024.0) std::snprintf(buf, sizeof buf, "%.2f Kb", double(b) / 1024.0);
+  constexpr double kb = 1024.0, mb = kb * kb, gb = mb * kb;
+  if (a >= gb) std::snprintf(buf, sizeof buf, "%.2f Gb", double(b) / gb);
+  else if (a >= mb) std::snprintf(buf, sizeof buf, "%.2f Mb", double(b) / mb);
+  else if (a >= kb) std::snprintf(buf, sizeof buf, "%.2f Kb", double(b) / kb);
   else std::snprintf(buf, sizeof buf, "%lld b", (long long)b);
   return buf;
 }

@@ -17,10 +17,10 @@
 #include "ember/profiler.h"
 #include "ember/tensor.h"
 
-#define EMBER_DISPATCH_KERNEL(device, kernel, ...)                                         \
-  ::ember::ops::kernel_dispatch::dispatch_kernel(::ember::ops::kernel_dispatch::kernel_display_name(#kernel), \
-                                        (device), &::ember::ops::cpu::kernel,              \
-                                        &::ember::ops::cuda::kernel, __VA_ARGS__)
+#define EMBER_DISPATCH_KERNEL(device, kernel, ...)                                 \
+  ::ember::ops::kernel_dispatch::dispatch_kernel(                                   \
+      ::ember::ops::kernel_dispatch::kernel_display_name(#kernel), (device),        \
+      &::ember::ops::cpu::kernel, &::ember::ops::cuda::kernel, __VA_ARGS__)
 
 // Declares a family's kernels in both backend namespaces from one list.
 #define EMBER_DECLARE_KERNELS(LIST)  \

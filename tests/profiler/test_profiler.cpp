@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -284,6 +285,52 @@ TEST(Profiler, RecordsEveryThread) {
   ASSERT_NE(mul, nullptr);
   EXPECT_EQ(count_named(ev, "mul"), 2);
   EXPECT_NE(add->thread, mul->thread);
+}
+
+TEST(Profiler, RangeOpenAtStopEndsThere) {
+  prof::Profiler p;
+  p.start();
+  {
+    prof::record_function r("open_at_stop");
+    sleep_ms(5);
+    p.stop();
+    sleep_ms(20);  // after stop: not counted
+  }
+  const prof::Event* e = find_named(p.events(), "open_at_stop");
+  ASSERT_NE(e, nullptr);
+  EXPECT_GE(e->cpu_ns(), 5'000'000);
+  EXPECT_LT(e->cpu_ns(), 20'000'000);
+}
+
+TEST(Profiler, StartStopWhileAnotherThreadDispatches) {
+  std::atomic<bool> done{false};
+  Tensor a = ones({4});
+  std::thread worker([&] {
+    while (!done.load()) {
+      prof::record_function r("work");
+      Tensor c = a + a;
+    }
+  });
+  int64_t adds = 0;
+  for (int i = 0; i < 20; ++i) {
+    prof::Profiler p;
+    p.start();
+    sleep_ms(2);
+    p.stop();
+    const auto& ev = p.events();
+    // Ops sit in the worker's "work" ranges, or at top level when the session began inside one.
+    for (const auto& e : ev) {
+      EXPECT_TRUE(e.name == "work" || e.name == "add") << e.name;
+      EXPECT_LE(e.start_ns, e.end_ns);
+      if (e.parent >= 0) {
+        EXPECT_EQ(ev[size_t(e.parent)].name, "work");
+      }
+    }
+    adds += count_named(ev, "add");
+  }
+  done = true;
+  worker.join();
+  EXPECT_GT(adds, 0);
 }
 
 TEST(Profiler, TableSortingAndErrors) {
