@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# run_all: runs the benchmarks and collects their `result: {json}` lines into one JSON file.
+#
+#   bash bench/run_all.sh [--gpu] [--bin build/bin] [--out bench-results.json] [--python PY]
+#
+# Default (CPU) mode: every bench_* binary in --bin with its default arguments (the peers under
+# --python), then bench/compile_time.sh. --gpu: the GPU rows only —
+#   bench_gpt --preset gpt2-small --device cuda --amp bf16 -B 16 -T 1024   (eager torch peer)
+#   the same with --compile                                                (torch.compile peer)
+#   bench_mnist --device cuda (mlp and cnn), bench_matmul, bench_bandwidth, bench_allocator.
+# The Python is --python, else $EMBER_PYTHON, else the first of python3 and /usr/bin/python3
+# that imports torch (the GPU machine's own PyTorch; Debian's python3-torch on a CPU machine).
+#
+# Each run's full output goes to <out>.logs/<n>-<bench>.log. The JSON file is
+#   {"date": ..., "commit": ..., "host": ..., "mode": "cpu"|"gpu", "python": ..., "runs": [
+#     {"command": "...", "rc": 0, "seconds": 12, "result": {...the bench's result...}}, ...]}
+# with "result": null for a run that printed no result line. Exits non-zero if any run failed.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bin="$root/build/bin"
+out="bench-results.json"
+mode=cpu
+python="${EMBER_PYTHON:-}"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --gpu) mode=gpu ;;
+    --bin) bin="$2"; shift ;;
+    --out) out="$2"; shift ;;
+    --python) python="$2"; shift ;;
+    -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) echo "run_all: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [[ -z "$python" ]]; then
+  python=/usr/bin/python3
+  for p in python3 /usr/bin/python3; do
+    if command -v "$p" >/dev/null && "$p" -c "import torch" 2>/dev/null; then python="$p"; break; fi
+  done
+fi
+[[ -d "$bin" ]] || { echo "run_all: no benchmark binaries in $bin (build first, or --bin DIR)" >&2; exit 2; }
+
+logs="$out.logs"
+mkdir -p "$logs"
+runs=()
+failed=0
+n=0
+run() {  # run <command...>: one benchmark run, its result line appended to runs
+  n=$((n + 1))
+  local name log start rc seconds result
+  name="$(basename "$1")"
+  [[ $name == bash ]] && name="$(basename "$2" .sh)"
+  log="$logs/$(printf '%02d' "$n")-$name.log"
+  echo "== $*" >&2
+  start=$(date +%s)
+  "$@" >"$log" 2>&1
+  rc=$?
+  seconds=$(($(date +%s) - start))
+  result="$(grep '^result: ' "$log" | tail -n 1 | sed 's/^result: //')"
+  [[ -n "$result" ]] || result=null
+  [[ $rc -eq 0 && "$result" != null ]] || failed=1
+  echo "   rc $rc, ${seconds}s: ${result:0:200}" >&2
+  local cmd="$*"
+  cmd="${cmd//\\/\\\\}"
+  cmd="${cmd//\"/\\\"}"
+  runs+=("{\"command\": \"${cmd/#$root\//}\", \"rc\": $rc, \"seconds\": $seconds, \"result\": $result}")
+}
+
+if [[ $mode == gpu ]]; then
+  gpt=("$bin/bench_gpt" --preset gpt2-small --device cuda --amp bf16 -B 16 -T 1024 --steps 20 --warmup 5
+       --python "$python")
+  run "${gpt[@]}"
+  run "${gpt[@]}" --compile
+  run "$bin/bench_mnist" --device cuda --model mlp --python "$python"
+  run "$bin/bench_mnist" --device cuda --model cnn --python "$python"
+  run "$bin/bench_matmul" --python "$python"
+  for b in bench_bandwidth bench_allocator; do [[ -x "$bin/$b" ]] && run "$bin/$b"; done
+else
+  for b in "$bin"/bench_*; do
+    [[ -x "$b" && -f "$b" ]] || continue
+    case "$(basename "$b")" in
+      bench_gpt | bench_mnist | bench_matmul) run "$b" --python "$python" ;;
+      *) run "$b" ;;
+    esac
+  done
+  run bash "$root/bench/compile_time.sh"
+fi
+
+{
+  printf '{"date": "%s", "commit": "%s", "host": "%s", "mode": "%s", "python": "%s", "runs": [\n' \
+    "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+    "$(hostname)" "$mode" "$python"
+  for i in "${!runs[@]}"; do
+    printf '  %s%s\n' "${runs[$i]}" "$([[ $i -lt $((${#runs[@]} - 1)) ]] && echo ,)"
+  done
+  printf ']}\n'
+} >"$out"
+echo "run_all: ${#runs[@]} runs -> $out (logs in $logs)" >&2
+exit $failed
