@@ -76,7 +76,7 @@ TEST(MnistDdp, TwoRanksTrainAsOneProcess) {
   const std::string args = " --data " + (root / "data").string() + " --batch-size 64 --epochs 2 --workers 1 --log-every 4";
   auto [s1, out1] = run("OMP_NUM_THREADS=1 " + mnist + args + " --checkpoint " + (root / "single").string());
   ASSERT_EQ(s1, 0) << out1;
-  auto [s2, out2] = run(std::string("OMP_NUM_THREADS=1 ") + EMBER_MPIEXEC + " -np 2 " + EMBER_MPIEXEC_FLAGS +
+  auto [s2, out2] = run(test::without_leak_check() + "OMP_NUM_THREADS=1 " + EMBER_MPIEXEC + " -np 2 " + EMBER_MPIEXEC_FLAGS +
                         " " + mnist + args + " --ddp --checkpoint " + (root / "ddp").string());
   ASSERT_EQ(s2, 0) << out2;
   // Only rank 0 prints: one result line, one banner.
