@@ -35,18 +35,21 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params,
   flat_grad_ = zeros({shard_ * world}, opts);
   flat_param_ = zeros({shard_ * world}, opts);
 
+  // Note [ZeRO flat parameters]: every parameter becomes a view of flat_param_ (set_data keeps
+  // its identity, so the module and the caller's handles see it), and this rank's slice is a
+  // leaf view of the same storage. The local AdamW then updates the parameters in place and
+  // all_gather fills the other ranks' slices in place: no parameter copy exists.
   NoGradGuard no_grad;
   int64_t off = 0;
   for (const Tensor& p : params_) {
-    if (world > 1) {
-      Tensor c = p.contiguous();
-      group_->broadcast(c, 0);
-      if (!c.is_same(p)) Tensor(p).copy_(c);
-    }
-    flat_param_.narrow(0, off, p.numel()).view(p.sizes()).copy_(p);
+    Tensor c = p.contiguous();
+    if (world > 1) group_->broadcast(c, 0);
+    Tensor slot = flat_param_.narrow(0, off, p.numel()).view(p.sizes());
+    slot.copy_(c);
+    Tensor(p).set_data(slot);
     off += p.numel();
   }
-  shard_param_ = flat_param_.narrow(0, shard_offset(), shard_).clone().requires_grad_(true);
+  shard_param_ = flat_param_.narrow(0, shard_offset(), shard_).detach().requires_grad_(true);
   local_ = std::make_unique<optim::AdamW>(std::vector<Tensor>{shard_param_}, options);
 }
 
@@ -67,13 +70,9 @@ void ZeroRedundancyOptimizer::step() {
   shard_param_.set_grad(shard_grad);
   // (2) AdamW on the slice.
   local_->step();
-  // (3) every rank's updated slice back into the parameters.
-  group_->all_gather(flat_param_, shard_param_.detach());
-  off = 0;
-  for (const Tensor& p : params_) {
-    Tensor(p).copy_(flat_param_.narrow(0, off, p.numel()).view(p.sizes()));
-    off += p.numel();
-  }
+  // (3) every rank's updated slice into the parameters (views of flat_param_, whose slice
+  // rank() already holds this rank's update: an in-place all_gather).
+  group_->all_gather(flat_param_, flat_param_.narrow(0, shard_offset(), shard_));
 }
 
 void ZeroRedundancyOptimizer::zero_grad(bool set_to_none) {

@@ -17,6 +17,8 @@ TEST(Zero, MatchesPlainAdamWWithShardedState) {
   net.to(DType::f64);
   distributed::ZeroRedundancyOptimizer opt(net.parameters(), {.lr = 1e-2, .weight_decay = 0.05});
   EXPECT_EQ(max_param_diff(net, ref), 0.0);
+  // Note [ZeRO flat parameters]: the module's parameters now live in one flat buffer.
+  EXPECT_EQ(net.fc1.weight.storage(), net.fc3.bias.storage());
   for (int s = 0; s < 6; ++s) {
     Generator gen(500 + uint64_t(s));
     Tensor x = randn({rows, 8}, DType::f64, &gen);

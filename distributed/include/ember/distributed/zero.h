@@ -9,7 +9,11 @@
 // Invariants:
 // - The parameters (same dtype and device, f32/f64/f16/bf16) are laid out back to back in one
 //   flat vector, padded to a multiple of the world size; rank r owns the contiguous slice
-//   [r * shard, (r + 1) * shard). Construction copies rank 0's parameters to every rank.
+//   [r * shard, (r + 1) * shard). Construction copies rank 0's parameters to every rank and
+//   makes each parameter a view of that vector (Tensor::set_data: handles stay valid; move the
+//   model to its device before constructing the optimizer).
+// - Memory per rank: parameters N + gradients N + one flat gradient buffer N + AdamW state
+//   2N / world (plain AdamW: N + N + 2N).
 // - step() = (1) the gradients, flattened (a missing gradient counts as zeros), are averaged
 //   and scattered: each rank receives its slice; (2) a local optim::AdamW updates the slice
 //   (an f32 master slice for 16-bit parameters); (3) all_gather writes every rank's updated
@@ -57,8 +61,8 @@ class ZeroRedundancyOptimizer {
   std::shared_ptr<ProcessGroup> group_;
   int64_t numel_ = 0, shard_ = 0;
   Tensor flat_grad_;    // [world * shard]: the flattened gradients
-  Tensor flat_param_;   // [world * shard]: all_gather target
-  Tensor shard_param_;  // [shard]: this rank's slice, the leaf the local AdamW updates
+  Tensor flat_param_;   // [world * shard]: the parameters' storage (they are views of it)
+  Tensor shard_param_;  // [shard]: this rank's slice of it, the leaf the local AdamW updates
   std::unique_ptr<optim::AdamW> local_;
 };
 
