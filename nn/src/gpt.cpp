@@ -135,7 +135,7 @@ GPT::GPT(const GPTConfig& c, Generator* gen)
   }
 }
 
-Tensor GPT::trunk(const Tensor& idx, KVCache* cache) const {
+Tensor GPT::trunk(const Tensor& idx, KVCache* cache, const Tensor& head_bias) const {
   EMBER_CHECK(idx.dim() == 2 && is_integral(idx.dtype()), ShapeError,
               "[GPT] expects integer token ids [B, T], got ", idx.dtype(), " ", idx.sizes());
   const int64_t T = idx.sizes()[1];
@@ -154,7 +154,7 @@ Tensor GPT::trunk(const Tensor& idx, KVCache* cache) const {
     }
   }
   x = ln_f(x);
-  return F::linear(x, wte.weight);  // tied lm_head: [B, T, padded_vocab]
+  return F::linear(x, wte.weight, head_bias);  // tied lm_head: [B, T, padded_vocab]
 }
 
 Tensor GPT::forward(const Tensor& idx) const { return trunk(idx, nullptr); }
@@ -162,13 +162,22 @@ Tensor GPT::forward(const Tensor& idx) const { return trunk(idx, nullptr); }
 Tensor GPT::forward(const Tensor& idx, KVCache& cache) const { return trunk(idx, &cache); }
 
 Tensor GPT::forward(const Tensor& idx, const Tensor& targets) const {
-  Tensor logits = trunk(idx, nullptr);
   EMBER_CHECK(targets.sizes() == idx.sizes(), ShapeError, "[GPT] targets of shape ",
               targets.sizes(), " do not match the tokens' ", idx.sizes());
-  const int64_t N = idx.numel();
-  // The real vocabulary only: a strided [N, vocab] view of the padded logits.
-  Tensor real = logits.reshape({N, config.padded_vocab_size}).narrow(1, 0, config.vocab_size);
-  return F::cross_entropy(real, targets.reshape({N}), {.ignore_index = -1});
+  const int64_t N = idx.numel(), V = config.vocab_size, Vp = config.padded_vocab_size;
+  // The loss sees the real vocabulary only: the padded columns' logits are -inf (a bias the
+  // lm_head GEMM accumulates onto), so they take no probability mass and get exactly zero
+  // gradient (the cross-entropy kernels give a -inf logit probability 0 on both devices).
+  // The same loss as over a [N, V] slice of the padded logits, without the slice's backward:
+  // a zero-filled [N, Vp] gradient and a copy into it (11% of a tiny-preset CPU step).
+  Tensor head_bias;
+  if (Vp > V) {
+    NoGradGuard no_grad;
+    head_bias = zeros({Vp}, TensorOptions(wte.weight.dtype()).device(wte.weight.device()));
+    head_bias.narrow(0, V, Vp - V).fill_(-std::numeric_limits<double>::infinity());
+  }
+  Tensor logits = trunk(idx, nullptr, head_bias);
+  return F::cross_entropy(logits.reshape({N, Vp}), targets.reshape({N}), {.ignore_index = -1});
 }
 
 Tensor GPT::generate(const Tensor& prompt, int64_t max_new_tokens, double temperature,

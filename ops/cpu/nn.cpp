@@ -31,6 +31,7 @@
 #pragma GCC diagnostic pop
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -435,6 +436,12 @@ void cross_entropy_bwd(const Tensor& grad, const Tensor& logits, const Tensor& t
       // softmax - smoothed one-hot, times the row's share of the loss gradient.
       VecMap<C>(res, classes) =
           (((CVecMap<C>(x, classes) - maxp[i]) - lsp[i]).exp() - smooth) * scale;
+      // A -inf logit (a masked class, e.g. GPT's padded vocabulary) has probability exactly 0,
+      // as in PyTorch; Eigen's vectorized exp clamps its argument and returns a denormal. A
+      // second pass over the cached row, not an Eigen select (not vectorized in Eigen 3.4: it
+      // would make the exp scalar).
+      const C neg_inf = -std::numeric_limits<C>::infinity(), masked = -smooth * scale;
+      for (int64_t k = 0; k < classes; ++k) res[k] = x[k] == neg_inf ? masked : res[k];
       res[t] -= keep * scale;
       store_row(res, drow, classes, 1);
     }

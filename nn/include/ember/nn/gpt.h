@@ -105,7 +105,8 @@ class GPT : public Module {
   // idx [B, T] integer tokens (T <= block_size) -> logits [B, T, padded_vocab_size].
   Tensor forward(const Tensor& idx) const;
   // Mean cross-entropy of the logits' first vocab_size columns against targets [B, T];
-  // targets equal to -1 are ignored (nanoGPT's convention).
+  // targets equal to -1 are ignored (nanoGPT's convention). A target in the padding
+  // [vocab_size, padded_vocab_size) gives an infinite loss; beyond it, an IndexError.
   Tensor forward(const Tensor& idx, const Tensor& targets) const;
   // The new tokens idx [B, T_new] after the cache's T_past tokens (T_past + T_new <=
   // block_size); appends their keys/values to the cache. Logits [B, T_new, padded_vocab].
@@ -156,7 +157,8 @@ class GPT : public Module {
   LayerNorm ln_f;
 
  private:
-  Tensor trunk(const Tensor& idx, KVCache* cache) const;
+  // Logits [B, T, padded_vocab] = ln_f(blocks(embeddings)) wte^T (+ head_bias [padded_vocab]).
+  Tensor trunk(const Tensor& idx, KVCache* cache, const Tensor& head_bias = {}) const;
 };
 
 }  // namespace ember::nn
