@@ -7,10 +7,16 @@
 // (c^T = b^T a^T), so the output is always written in place too.
 //
 // Note [GEMM threading]: one OpenMP level at a time. A batch runs either one GEMM per
-// thread (many small GEMMs) or one GEMM after another with Eigen's own OpenMP threads
-// inside each (few large GEMMs): whichever keeps more threads busy. Eigen runs
-// single-threaded when called inside a parallel region (it checks omp_get_num_threads()),
-// so a caller that already parallelizes (conv over the batch) never oversubscribes.
+// thread (many small GEMMs) or one GEMM after another, each split by gemm() itself (few
+// large GEMMs): whichever keeps more threads busy. A large GEMM is cut along the longer of
+// its output dims into independent blocks (multiples of 64 rows or columns, a count that
+// depends only on the sizes, so results do not depend on the thread count or schedule),
+// handed out dynamically, each one single-threaded Eigen product. Not Eigen's own OpenMP
+// GEMM: its threads pack shared panels and spin until every other thread has caught up, so
+// one thread descheduled by a busy machine stalls them all (a 2-3x slower GPT step on 2
+// loaded cores). Eigen runs single-threaded inside a parallel region (it checks
+// omp_get_num_threads()), so a caller that already parallelizes (conv over the batch)
+// never oversubscribes.
 #include <omp.h>
 
 // GCC 12 reports false -Wmaybe-uninitialized positives inside Eigen's AVX-512 packet code
@@ -31,6 +37,13 @@ namespace {
 constexpr double kEigenMinTaskMacs = 50000;
 // Below this much work in total, a parallel region costs more than it saves.
 constexpr double kParallelMinMacs = 4 * kEigenMinTaskMacs;
+// Splitting one GEMM (Note [GEMM threading]): blocks of at least this much work and at
+// least kMinBlockLen rows or columns (each block repacks the whole operand it shares with the
+// others: K x kMinBlockLen multiply-adds per element packed keeps that below ~1/256 of its
+// work, which matters when K is large, like the lm_head's gradient over a 50k vocabulary),
+// at most kMaxBlocks of them, kBlockAlign rows or columns at a time.
+constexpr double kMinBlockMacs = 1 << 20;
+constexpr int64_t kMaxBlocks = 32, kBlockAlign = 64, kMinBlockLen = 256;
 
 enum class Layout { row, col, none };
 
@@ -107,6 +120,25 @@ void gemm(int64_t M, int64_t N, int64_t K, MatRef<const T> a, MatRef<const T> b,
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) c.p[i * c.rs + j * c.cs] = tmp[size_t(i * N + j)];
     return;
+  }
+  const double macs = double(M) * double(N) * double(K);
+  if (macs >= 2 * kMinBlockMacs && !omp_in_parallel() && omp_get_max_threads() > 1) {
+    const bool by_rows = M >= N;  // blocks of rows of a and c, or of columns of b and c
+    const int64_t len = by_rows ? M : N;
+    int64_t blocks = std::min<int64_t>({kMaxBlocks, len / kMinBlockLen, int64_t(macs / kMinBlockMacs)});
+    if (blocks >= 2) {
+      const int64_t step = ((len + blocks - 1) / blocks + kBlockAlign - 1) / kBlockAlign * kBlockAlign;
+      blocks = (len + step - 1) / step;
+#pragma omp parallel for schedule(dynamic, 1)
+      for (int64_t i = 0; i < blocks; ++i) {
+        const int64_t at = i * step, n = std::min(step, len - at);
+        if (by_rows)
+          gemm<T>(n, N, K, {a.p + at * a.rs, a.rs, a.cs}, b, {c.p + at * c.rs, c.rs, c.cs}, accumulate);
+        else
+          gemm<T>(M, n, K, a, {b.p + at * b.cs, b.rs, b.cs}, {c.p + at * c.cs, c.rs, c.cs}, accumulate);
+      }
+      return;
+    }
   }
   RowMap<T> C(c.p, M, N, Eigen::OuterStride<>(ldc));
   if (K == 0) {
@@ -199,10 +231,10 @@ void gemm_kernel(const Tensor& a, const Tensor& b, const Tensor& c, bool accumul
         if constexpr (std::is_floating_point_v<T>) gemm<T>(M, N, K, ma, mb, mc, accumulate);
         else gemm_loop<T>(M, N, K, ma, mb, mc, accumulate);
       };
-      // Note [GEMM threading]: threads one GEMM would get from Eigen vs from the batch.
+      // Note [GEMM threading]: threads one GEMM would get from its own split vs from the batch.
       const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
       const double macs = double(M) * double(N) * double(K);
-      const int64_t inner = std::clamp<int64_t>(int64_t(macs / kEigenMinTaskMacs), 1, threads);
+      const int64_t inner = std::clamp<int64_t>(int64_t(macs / kMinBlockMacs), 1, threads);
       if (batch > 1 && threads > 1 && macs * double(batch) >= kParallelMinMacs &&
           std::min(batch, threads) >= inner) {
 #pragma omp parallel for schedule(static)
