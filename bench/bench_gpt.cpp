@@ -4,6 +4,7 @@
 //   build/bin/bench_gpt [--preset tiny|gpt2-small] [--n-layer L --n-head H --n-embd C --vocab V]
 //                       [-B 8] [-T 64] [--steps 20] [--warmup 3] [--device cpu|cuda]
 //                       [--amp off|bf16|fp16] [--compile] [--threads N] [--python PY] [--no-peer]
+//                       [--profile N]
 //
 // One step, on both sides, is examples/gpt.cpp's: zero_grad, forward + loss under autocast
 // (--amp), backward (through a GradScaler for fp16), unscale, clip_grad_norm_(1.0), AdamW
@@ -77,6 +78,7 @@ int main(int argc, char** argv) {
   double lr = 6e-4;
   int threads = omp_get_max_threads();
   bool no_peer = false, compile = false;
+  int profile_steps = 0;
   CLI::App app{"GPT training-step throughput: ember vs PyTorch"};
   app.add_option("--preset", preset)->check(CLI::IsMember({"tiny", "gpt2-small", "gpt2"}));
   app.add_option("--n-layer", n_layer, "override the preset")->check(CLI::PositiveNumber);
@@ -96,6 +98,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU threads for both sides")->check(CLI::PositiveNumber);
   app.add_option("--python", python, "the Python whose torch is the peer");
   app.add_flag("--no-peer", no_peer);
+  app.add_option("--profile", profile_steps, "after timing, profile this many ember steps and print the table")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   omp_set_num_threads(threads);
   const Device dev = device_name == "cuda" ? Device::cuda(0) : Device::cpu();
@@ -178,6 +182,14 @@ int main(int argc, char** argv) {
   if (dev.is_cuda()) std::printf(", peak memory %.1f MiB, MFU %.1f%%", double(ember_peak) / 1048576.0,
                                  100 * mfu(ember_rate));
   std::printf("\n");
+  if (profile_steps > 0) {  // ops by self time, grouped by input shapes
+    profiler::Profiler prof({.record_shapes = true});
+    prof.start();
+    for (int64_t i = 0; i < profile_steps; ++i) step(warmup + steps + i, false);
+    if (dev.is_cuda()) cuda::synchronize();
+    prof.stop();
+    std::printf("%s", prof.key_averages(true).table("self_cpu_time_total", 25).c_str());
+  }
   std::fflush(stdout);
 
   PeerResult peer;

@@ -143,7 +143,7 @@ def main():
     torch.manual_seed(0)
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
-    if cuda:
+    if cuda:  # f32 matmuls on TF32 tensor cores, as ember's default (cuda::allow_tf32())
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
