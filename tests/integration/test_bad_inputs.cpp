@@ -1,7 +1,7 @@
 // The bad-input catalog: build/bin/mnist and build/bin/ember-info fed truncated, garbage,
 // empty and huge-dimension files and absurd flags. Every case must exit non-zero, by exit()
 // and not by a signal, with a message naming the file or the flag. The file cases run under
-// `ulimit -v` (kFileVmKb): a header that claims 2^31 images must be rejected before anything
+// `ulimit -d` (kFileDataKb): a header that claims 2^31 images must be rejected before anything
 // that large is allocated. docs/reliability.md ("Bad-input catalog") counts the cases.
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -23,7 +23,7 @@
 namespace fs = std::filesystem;
 
 // Under AddressSanitizer (the sanitizer run of scripts/test.sh builds mnist the same way as
-// this test) `ulimit -v` cannot be used: ASan reserves terabytes of shadow address space at
+// this test) `ulimit -d` cannot be used: ASan reserves terabytes of shadow address space at
 // start. There ASAN_OPTIONS max_allocation_size_mb caps every allocation instead, and an
 // over-size one is an ASan report, which the checks below fail on.
 #if defined(__SANITIZE_ADDRESS__)
@@ -36,9 +36,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Virtual memory cap for the file cases (KiB): a few hundred MB above what the program
-// needs to start, far below what any corrupt header below claims.
-constexpr long kFileVmKb = 800000;
+// Data-segment cap for the file cases (KiB): a few hundred MB above what the program needs to
+// start, far below what any corrupt header below claims. RLIMIT_DATA (`ulimit -d`) counts the
+// heap and every private writable mapping, so a large malloc fails under it, but not the
+// read-only text of shared libraries: `ulimit -v` (RLIMIT_AS) also counted the 540 MB
+// libcublasLt of a CUDA build, which then failed to load on the CI machine ("failed to map
+// segment from shared object") before main() ran.
+constexpr long kFileDataKb = 800000;
 
 struct ProcRun {
   bool signaled = false;
@@ -57,7 +61,7 @@ ProcRun run_program(const std::string& program, const std::vector<std::string>& 
   const std::string script = (vm_kb > 0 ? limit : "") + "exec \"$0\" \"$@\"";
 #else
   const std::string script =
-      (vm_kb > 0 ? "ulimit -v " + std::to_string(vm_kb) + "; " : "") + "exec \"$0\" \"$@\"";
+      (vm_kb > 0 ? "ulimit -d " + std::to_string(vm_kb) + "; " : "") + "exec \"$0\" \"$@\"";
 #endif
   std::vector<std::string> argv_s = {"/bin/sh", "-c", script, program};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
@@ -139,7 +143,7 @@ class BadInputs : public ::testing::Test {
   void TearDown() override { fs::remove_all(root_); }
   fs::path data() const { return root_ / "data"; }
 
-  ProcRun mnist(std::vector<std::string> args, long vm_kb = kFileVmKb) const {
+  ProcRun mnist(std::vector<std::string> args, long vm_kb = kFileDataKb) const {
     std::vector<std::string> all = {"--data", data().string(), "--out", (root_ / "out").string(),
                                     "--max-steps", "1", "--workers", "0"};
     all.insert(all.end(), args.begin(), args.end());
@@ -283,7 +287,7 @@ TEST_F(BadInputs, MissingFile) {
 TEST_F(BadInputs, MissingDataFolder) {
   const ProcRun r = run_program(std::string(EMBER_BIN_DIR) + "/mnist",
                             {"--data", (root_ / "nowhere").string(), "--max-steps", "1"},
-                            kFileVmKb);
+                            kFileDataKb);
   expect_clean_failure(r, "nowhere", "--data names no folder");
 }
 
@@ -321,7 +325,7 @@ TEST_P(BadFlags, RejectedWithTheFlagNamed) {
   if (std::string(c.program) == "mnist") {
     r = mnist(c.args);
   } else {
-    // ember-info reads no file; a CUDA build maps large libraries, so no ulimit here.
+    // ember-info reads no file, so it runs without the data cap.
     r = run_program(std::string(EMBER_BIN_DIR) + "/ember-info", c.args);
   }
   std::string what = c.program;
