@@ -145,6 +145,14 @@ int train(const Config& cfg) {
     val_data.emplace(cfg.val_data, data::TokenShardsOptions{.batch_size = B, .seq_len = T, .shuffle = false,
                                                             .seed = 0, .rank = rank, .world_size = world,
                                                             .vocab_size = model.config.vocab_size});
+  // A folder given as --data takes every shard in it, gpt-prepare's val shards included: the
+  // validation loss would then measure memorized text. Refuse any shard in both sets.
+  if (val_data)
+    for (const std::string& f : train_data.files())
+      for (const std::string& g : val_data->files())
+        EMBER_CHECK(!fs::equivalent(f, g), ValueError, "[gpt] shard ", f,
+                    " is in both --data and --val-data; give --data the training shards only (e.g. ",
+                    "data/brown_tokens/brown_train_*.bin)");
 
   optim::AdamW opt(model.configure_optimizer_groups<optim::AdamWOptions>(
       cfg.weight_decay, {.lr = cfg.lr, .betas = {0.9, 0.95}, .eps = 1e-8}));

@@ -159,6 +159,7 @@ TEST_F(GptExample, BadFlagsAndFilesAreNamed) {
       {"--data " + (root_ / "missing.bin").string(), "missing.bin"},
       {"--resume", "--resume"},
       {"--generate", "--checkpoint"},
+      {"--data " + root_.string(), "--val-data"},  // the folder holds val.bin too
   };
   for (const Case& c : cases) {
     ProcessResult r = run_gpt(common(out) + "--steps 2 " + c.args);
