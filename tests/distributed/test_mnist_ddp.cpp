@@ -92,7 +92,12 @@ TEST(MnistDdp, TwoRanksTrainAsOneProcess) {
   }
   std::printf("mnist --ddp (2 ranks) vs one process, 32 AdamW steps: max weight difference %.3g (max |weight| %.3g)\n",
               diff, scale);
-  EXPECT_LT(diff, 2e-5);
+  // The ranks sum gradients in another order than one process, and Eigen picks its GEMM blocking
+  // from the CPU's cache sizes, so the round-off differs by machine; AdamW's normalized update
+  // (m / sqrt(v)) then turns it into up to lr-sized steps on weights whose gradient is near zero.
+  // Seen: 1.16e-5 on the development machine, 2.64e-5 on a CI machine. A real defect (a bucket
+  // not reduced, ranks drifting apart) moves weights by O(lr) = 1e-3 per step over 32 steps.
+  EXPECT_LT(diff, 1e-4);
   // The metrics agree to the printed precision except the throughput.
   auto strip_rate = [](std::string r) { return r.substr(0, r.find("\"samples_per_s\"")); };
   ASSERT_NE(result_line(out1), "") << out1;
