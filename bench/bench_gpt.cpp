@@ -67,6 +67,9 @@ struct PeerResult {
   int compiled = 0, sdpa = 0, fused = 0, threads = 0;
   std::string version = "none", env;
 };
+// The BLAS under the CPU peer's torch (bench/peers/peer_blas.py): "reference" means netlib's
+// unoptimized one, against which a ratio says nothing.
+std::string peer_blas = "unknown";
 
 }  // namespace
 
@@ -211,7 +214,10 @@ int main(int argc, char** argv) {
       char line[1024], version[128];
       while (std::fgets(line, sizeof line, p)) {
         PeerResult r;
-        if (std::sscanf(line, "peer: %lf %lf %127s %d %lld %d %d %d", &r.tokens_per_s, &r.ms, version, &r.threads,
+        char blas[64];
+        if (std::sscanf(line, "peer_blas: %63s", blas) == 1) {
+          peer_blas = blas;
+        } else if (std::sscanf(line, "peer: %lf %lf %127s %d %lld %d %d %d", &r.tokens_per_s, &r.ms, version, &r.threads,
                         &r.peak_bytes, &r.compiled, &r.sdpa, &r.fused) == 8) {
           r.version = version;
           r.env = env.empty() ? "" : env.substr(0, env.size() - 1);
@@ -239,13 +245,13 @@ int main(int argc, char** argv) {
       "\"ember_tokens_per_s\": %.1f, \"peer_tokens_per_s\": %.1f, \"ratio\": %.3f, "
       "\"ember_ms_per_step\": %.3f, \"peer_ms_per_step\": %.3f, "
       "\"ember_peak_mib\": %.1f, \"peer_peak_mib\": %.1f, \"ember_mfu\": %.4f, \"peer_mfu\": %.4f, "
-      "\"peer\": \"torch %s%s%s%s%s\"}\n",
+      "\"peer\": \"torch %s%s%s%s%s\", \"peer_blas\": \"%s\"}\n",
       preset.c_str(), (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
       (long long)cfg.vocab_size, (long long)model.num_parameters(), device_name.c_str(), amp_mode.c_str(),
       (long long)B, (long long)T, threads, compile ? "true" : "false", peer.compiled ? "true" : "false", ember_rate, peer.tokens_per_s,
       peer.tokens_per_s > 0 ? ember_rate / peer.tokens_per_s : 0.0, ember_ms, peer.ms,
       double(ember_peak) / 1048576.0, double(peer.peak_bytes) / 1048576.0, mfu(ember_rate),
       mfu(peer.tokens_per_s), peer.version.c_str(), peer.compiled ? " compiled" : "", peer.sdpa ? " sdpa" : "",
-      peer.fused ? " fused-adamw" : "", peer.env.empty() ? "" : (" " + peer.env).c_str());
+      peer.fused ? " fused-adamw" : "", peer.env.empty() ? "" : (" " + peer.env).c_str(), peer_blas.c_str());
   return 0;
 }

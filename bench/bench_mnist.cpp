@@ -14,7 +14,9 @@
 // Prints ember's per-phase times (forward, backward, optimizer) to show where a step goes,
 // then one `result: {json}` line with both rates and ratio = ember / peer (> 1: ember faster).
 // On a CPU peer, Debian's torch uses whatever libblas.so.3 the system selects: install
-// libopenblas0-pthread or the peer runs on the reference BLAS and is ~20x slower.
+// libopenblas0-pthread or the peer runs on the reference BLAS and is 20-40x slower; the peer
+// reports which one it ran on (bench/peers/peer_blas.py), the result line says it as
+// "peer_blas" and a warning is printed when it is the reference one.
 #include <omp.h>
 
 #include <chrono>
@@ -161,6 +163,7 @@ int main(int argc, char** argv) {
   // faster of the two is the reference.
   double peer_rate = 0;
   std::string peer_version = "none", peer_env = "";
+  std::string peer_blas = "unknown";  // bench/peers/peer_blas.py: "reference" is no fair peer
   if (!no_peer) {
     const std::string script = std::string(EMBER_SOURCE_DIR) + "/bench/peers/torch_mnist.py";
     for (const std::string env : {"", "OPENBLAS_NUM_THREADS=1 "}) {
@@ -171,13 +174,15 @@ int main(int argc, char** argv) {
                               (real ? " --data " + data_dir : " --random") + " 2>&1";
       FILE* p = popen(cmd.c_str(), "r");
       if (!p) continue;
-      char line[512], version[128];
+      char line[512], version[128], blas[64];
       double rate = 0, secs = 0;
       int peer_threads = 0;
       while (std::fgets(line, sizeof line, p)) {
         if (std::sscanf(line, "peer: %lf %lf %127s %d", &rate, &secs, version, &peer_threads) == 4) {
           std::printf("torch  %s %s: %.1f samples/s\n", version, env.empty() ? "(default env)" : env.c_str(), rate);
           if (rate > peer_rate) peer_rate = rate, peer_version = version, peer_env = env;
+        } else if (std::sscanf(line, "peer_blas: %63s", blas) == 1) {
+          peer_blas = blas;
         } else {
           std::fputs(line, stdout);
         }
@@ -188,9 +193,9 @@ int main(int argc, char** argv) {
   }
   std::printf("result: {\"bench\": \"mnist_train\", \"model\": \"%s\", \"device\": \"%s\", "
               "\"amp\": \"%s\", \"batch\": %lld, \"threads\": %d, \"ember_samples_per_s\": %.1f, "
-              "\"peer_samples_per_s\": %.1f, \"ratio\": %.3f, \"peer\": \"torch %s%s\"}\n",
+              "\"peer_samples_per_s\": %.1f, \"ratio\": %.3f, \"peer\": \"torch %s%s\", \"peer_blas\": \"%s\"}\n",
               model_name.c_str(), device_name.c_str(), amp_mode.c_str(), (long long)batch, threads, ember_rate,
               peer_rate, peer_rate > 0 ? ember_rate / peer_rate : 0.0, peer_version.c_str(),
-              peer_env.empty() ? "" : (" " + peer_env.substr(0, peer_env.size() - 1)).c_str());
+              peer_env.empty() ? "" : (" " + peer_env.substr(0, peer_env.size() - 1)).c_str(), peer_blas.c_str());
   return 0;
 }

@@ -34,6 +34,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import peer_blas  # bench/peers/peer_blas.py: which BLAS this torch runs on
+
 HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
 
 
@@ -200,6 +202,7 @@ def main():
     print("peer: %.1f %.3f %s %d %d %d %d %d" % (B * T / med, 1e3 * med, torch.__version__,
                                                 args.threads, peak, int(compiled), int(HAS_SDPA),
                                                 int(fused)))
+    peer_blas.report(dev.type)
     return 0
 
 

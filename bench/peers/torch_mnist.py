@@ -24,6 +24,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import peer_blas  # bench/peers/peer_blas.py: which BLAS this torch runs on
+
 
 def read_idx(path):
     with open(path, "rb") as f:
@@ -115,6 +117,7 @@ def main():
         torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     print("peer: %.1f %.4f %s %d" % (args.steps * b / seconds, seconds, torch.__version__, args.threads))
+    peer_blas.report(dev.type)
 
 
 if __name__ == "__main__":
