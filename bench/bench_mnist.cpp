@@ -14,7 +14,7 @@
 // Prints ember's per-phase times (forward, backward, optimizer) to show where a step goes,
 // then one `result: {json}` line with both rates and ratio = ember / peer (> 1: ember faster).
 // On a CPU peer, Debian's torch uses whatever libblas.so.3 the system selects: install
-// libopenblas0-pthread or the peer runs on the reference BLAS and is 20-40x slower; the peer
+// libopenblas0-pthread or the peer runs on the reference BLAS and is over 10x slower; the peer
 // reports which one it ran on (bench/peers/peer_blas.py), the result line says it as
 // "peer_blas" and a warning is printed when it is the reference one.
 #include <omp.h>
