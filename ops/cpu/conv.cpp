@@ -280,12 +280,17 @@ void conv2d_bwd_bias_kernel(const Tensor& gy, const Tensor& gb) {
     S* out = static_cast<S*>(gb.data_ptr());
 #pragma omp parallel for schedule(static) if (N * O * hw > kPoolParallelGrain && !omp_in_parallel())
     for (int64_t o = 0; o < O; ++o) {
-      double acc = 0;  // one rounding at the end, whatever the storage type
+      // f64 sums, one rounding at the end whatever the storage type; four independent
+      // accumulators in a fixed order, as one serial add chain is latency-bound (4x slower).
+      double acc[4] = {0, 0, 0, 0};
       for (int64_t n = 0; n < N; ++n) {
         const S* row = g + (n * O + o) * hw;
-        for (int64_t i = 0; i < hw; ++i) acc += double(compute_t<S>(row[i]));
+        int64_t i = 0;
+        for (; i + 4 <= hw; i += 4)
+          for (int k = 0; k < 4; ++k) acc[k] += double(compute_t<S>(row[i + k]));
+        for (; i < hw; ++i) acc[0] += double(compute_t<S>(row[i]));
       }
-      out[o] = S(compute_t<S>(acc));
+      out[o] = S(compute_t<S>((acc[0] + acc[1]) + (acc[2] + acc[3])));
     }
   });
 }
