@@ -216,6 +216,33 @@ void conv_backward_weight(const T* gy, const T* x, T* gw, const Geometry& g) {
   }
 }
 
+// One plane of a 2x2, stride-2, unpadded max pool. The scan order is the generic loop's
+// (row by row), and so are its rules: the first NaN wins, else the first maximum. A later
+// value replaces the best when the best is not NaN and the value is greater or is NaN.
+template <class S>
+void max_pool_2x2_plane(const S* x, int64_t W, int64_t Ho, int64_t Wo, S* y, int64_t* idx) {
+  using C = compute_t<S>;
+  for (int64_t oh = 0; oh < Ho; ++oh) {
+    const S* r0 = x + 2 * oh * W;
+    const S* r1 = r0 + W;
+    const int64_t base = 2 * oh * W;
+    for (int64_t ow = 0; ow < Wo; ++ow) {
+      C best = C(r0[2 * ow]);
+      int64_t best_i = base + 2 * ow;
+      const C candidates[3] = {C(r0[2 * ow + 1]), C(r1[2 * ow]), C(r1[2 * ow + 1])};
+      const int64_t offsets[3] = {1, W, W + 1};
+      for (int k = 0; k < 3; ++k) {
+        const C v = candidates[k];
+        const bool take = !(best != best) && (v > best || v != v);
+        best = take ? v : best;
+        best_i = take ? base + 2 * ow + offsets[k] : best_i;
+      }
+      y[oh * Wo + ow] = S(best);
+      idx[oh * Wo + ow] = best_i;
+    }
+  }
+}
+
 // Calls f(T{}) for f32 / f64 (the 16-bit types were converted to f32 by the caller).
 template <class F>
 void visit_f32_f64(DType t, F&& f) {
@@ -272,29 +299,6 @@ void conv2d_bwd_weight_kernel(const Tensor& gy, const Tensor& x, const Tensor& g
   });
 }
 
-void conv2d_bwd_bias_kernel(const Tensor& gy, const Tensor& gb) {
-  const int64_t N = gy.sizes()[0], O = gy.sizes()[1], hw = gy.sizes()[2] * gy.sizes()[3];
-  visit_floating(gy.dtype(), [&](auto tag) {
-    using S = decltype(tag);
-    const S* g = static_cast<const S*>(gy.data_ptr());
-    S* out = static_cast<S*>(gb.data_ptr());
-#pragma omp parallel for schedule(static) if (N * O * hw > kPoolParallelGrain && !omp_in_parallel())
-    for (int64_t o = 0; o < O; ++o) {
-      // f64 sums, one rounding at the end whatever the storage type; four independent
-      // accumulators in a fixed order, as one serial add chain is latency-bound (4x slower).
-      double acc[4] = {0, 0, 0, 0};
-      for (int64_t n = 0; n < N; ++n) {
-        const S* row = g + (n * O + o) * hw;
-        int64_t i = 0;
-        for (; i + 4 <= hw; i += 4)
-          for (int k = 0; k < 4; ++k) acc[k] += double(compute_t<S>(row[i + k]));
-        for (; i < hw; ++i) acc[0] += double(compute_t<S>(row[i]));
-      }
-      out[o] = S(compute_t<S>((acc[0] + acc[1]) + (acc[2] + acc[3])));
-    }
-  });
-}
-
 void max_pool2d_fwd_kernel(const Tensor& x, const Tensor& y, const Tensor& indices, const Pool2dParams& p) {
   const int64_t planes = x.sizes()[0] * x.sizes()[1], H = x.sizes()[2], W = x.sizes()[3];
   const int64_t Ho = y.sizes()[2], Wo = y.sizes()[3];
@@ -306,11 +310,19 @@ void max_pool2d_fwd_kernel(const Tensor& x, const Tensor& y, const Tensor& indic
     const S* xs = static_cast<const S*>(x.data_ptr());
     S* ys = static_cast<S*>(y.data_ptr());
     int64_t* is = static_cast<int64_t*>(indices.data_ptr());
+    // The common 2x2 / stride-2 / unpadded pool has fixed, always-valid windows: four loads
+    // and three selects per output instead of the generic loop's clamped bounds and index
+    // arithmetic (about 6x fewer instructions; same results, the same scan order).
+    const bool pool_2x2 = kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0;
 #pragma omp parallel for schedule(static) if (planes * Ho * Wo * kh * kw > kPoolParallelGrain && !omp_in_parallel())
     for (int64_t pl = 0; pl < planes; ++pl) {
       const S* xp = xs + pl * H * W;
       S* yp = ys + pl * Ho * Wo;
       int64_t* ip = is + pl * Ho * Wo;
+      if (pool_2x2) {
+        max_pool_2x2_plane(xp, W, Ho, Wo, yp, ip);
+        continue;
+      }
       for (int64_t oh = 0; oh < Ho; ++oh) {
         // The window is never empty: padding <= kernel / 2 (validated by the front).
         const int64_t h0 = oh * sh - ph, hs = std::max<int64_t>(h0, 0), he = std::min(h0 + kh, H);

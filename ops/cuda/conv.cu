@@ -14,8 +14,8 @@
 //   deterministic one that is supported, so a convolution's result does not change from run
 //   to run; the choice is cached per geometry. Workspaces are ember allocations (u8 tensors
 //   on the device, through the caching allocator), so they are stream-ordered like the rest.
-// - Reductions of our own (bias gradient, max_pool2d backward) use no float atomics: both
-//   are deterministic, and max_pool2d backward adds in the CPU's order.
+// - max_pool2d backward uses no float atomics: it is deterministic and adds in the CPU's
+//   order. (The bias gradient is not here: it is a sum reduction, ops/src/conv.cpp.)
 #include <cudnn.h>
 
 #include <algorithm>
@@ -213,39 +213,9 @@ __global__ void conv2d_bias_fwd_kernel(S* y, const S* bias, int64_t O, int64_t h
     y[t] = S(C(C(y[t]) + C(bias[(t / hw) % O])));
 }
 
+// The accumulation type of max_pool2d's backward: f32 for every type but f64.
 template <class S>
 using acc_t = std::conditional_t<std::is_same_v<S, double>, double, float>;
-
-// Stage 1 of the bias gradient: block (o, part) sums gy[:, o, :] over its part of the N * hw
-// elements with a fixed-shape tree, into partial[o * parts + part].
-template <class S>
-__global__ void conv2d_bias_bwd_kernel(const S* gy, acc_t<S>* partial, int64_t O, int64_t hw, int64_t count,
-                                       int64_t per_part) {
-  using A = acc_t<S>;
-  __shared__ A buf[kThreads];
-  const int64_t o = blockIdx.x, part = blockIdx.y;
-  const int64_t begin = part * per_part, end = min(count, begin + per_part);
-  A acc = A(0);
-  for (int64_t e = begin + threadIdx.x; e < end; e += blockDim.x)
-    acc += A(gy[((e / hw) * O + o) * hw + e % hw]);
-  buf[threadIdx.x] = acc;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (int(threadIdx.x) < stride) buf[threadIdx.x] += buf[threadIdx.x + stride];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partial[o * gridDim.y + part] = buf[0];
-}
-
-// Stage 2: gb[o] = the parts of o summed in order.
-template <class S>
-__global__ void conv2d_bias_sum_kernel(const acc_t<S>* partial, S* gb, int64_t O, int64_t parts) {
-  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < O; o += int64_t(gridDim.x) * blockDim.x) {
-    acc_t<S> acc = 0;
-    for (int64_t k = 0; k < parts; ++k) acc += partial[o * parts + k];
-    gb[o] = S(acc);
-  }
-}
 
 struct PoolGeom {
   int64_t H, W, Ho, Wo, kh, kw, sh, sw, ph, pw;
@@ -381,26 +351,6 @@ void conv2d_bwd_weight_kernel(const Tensor& gy, const Tensor& x, const Tensor& g
   EMBER_CUDNN_CHECK(cudnnConvolutionBackwardFilter(s.handle, s.one(), s.x.d, x.data_ptr(), s.y.d, gy.data_ptr(),
                                                    s.conv.d, algo, ws.data_ptr(), bytes, s.zero(), s.w.d,
                                                    gw.data_ptr()));
-}
-
-void conv2d_bwd_bias_kernel(const Tensor& gy, const Tensor& gb) {
-  const int64_t N = gy.sizes()[0], O = gy.sizes()[1], hw = gy.sizes()[2] * gy.sizes()[3];
-  const int64_t count = N * hw;
-  // Enough parts that small O still fills the GPU; each part sums at least 8192 elements.
-  const int64_t parts = std::clamp<int64_t>(count / 8192, 1, 64), per_part = (count + parts - 1) / parts;
-  EMBER_CHECK(O <= INT_MAX, ShapeError, "[conv2d_backward_bias] ", O, " channels exceed the grid");
-  cudaStream_t stream = stream_for(gy.device());
-  visit_floating(gy.dtype(), [&](auto tag) {
-    using S = decltype(tag);
-    Tensor partial = detail::make_tensor({O * parts}, std::is_same_v<S, double> ? DType::f64 : DType::f32,
-                                         gy.device());
-    auto* pp = static_cast<acc_t<S>*>(partial.data_ptr());
-    conv2d_bias_bwd_kernel<S><<<dim3(unsigned(O), unsigned(parts)), kThreads, 0, stream>>>(
-        static_cast<const S*>(gy.data_ptr()), pp, O, hw, count, per_part);
-    EMBER_CUDA_CHECK_LAUNCH();
-    conv2d_bias_sum_kernel<S><<<blocks_for(O), kThreads, 0, stream>>>(pp, static_cast<S*>(gb.data_ptr()), O, parts);
-    EMBER_CUDA_CHECK_LAUNCH();
-  });
 }
 
 void max_pool2d_fwd_kernel(const Tensor& x, const Tensor& y, const Tensor& indices, const Pool2dParams& p) {

@@ -10,7 +10,6 @@ void conv2d_bwd_input_kernel(const Tensor&, const Tensor&, const Tensor&, const 
 void conv2d_bwd_weight_kernel(const Tensor&, const Tensor&, const Tensor&, const Conv2dParams&) {
   EMBER_NO_CUDA("conv2d_backward_weight");
 }
-void conv2d_bwd_bias_kernel(const Tensor&, const Tensor&) { EMBER_NO_CUDA("conv2d_backward_bias"); }
 void max_pool2d_fwd_kernel(const Tensor&, const Tensor&, const Tensor&, const Pool2dParams&) {
   EMBER_NO_CUDA("max_pool2d");
 }

@@ -13,7 +13,6 @@
                                const Conv2dParams& p);                                          \
   void conv2d_bwd_weight_kernel(const Tensor& gy, const Tensor& x, const Tensor& gw,            \
                                 const Conv2dParams& p);                                         \
-  void conv2d_bwd_bias_kernel(const Tensor& gy, const Tensor& gb);                              \
   void max_pool2d_fwd_kernel(const Tensor& x, const Tensor& y, const Tensor& indices,           \
                              const Pool2dParams& p);                                            \
   void max_pool2d_bwd_kernel(const Tensor& gy, const Tensor& indices, const Tensor& gx);        \

@@ -3,6 +3,7 @@
 #include "ember/ops/conv.h"
 
 #include "ember/ops/elementwise.h"
+#include "ember/ops/reduce.h"
 #include "kernels/conv.h"
 
 namespace ember::ops {
@@ -127,16 +128,18 @@ Tensor conv2d_backward_weight(const Tensor& grad, const Tensor& x, const Shape& 
   return gw;
 }
 
+// The bias gradient is sum(grad, {0, 2, 3}), computed as two deterministic reductions that
+// read grad in place (each sample's channel planes, contiguous rows; then the samples, a
+// column sum), so every backend gets it from the reduce family instead of a kernel of its own.
+// 16-bit gradients sum in f32 (both reductions accumulate in double inside) and round once.
 Tensor conv2d_backward_bias(const Tensor& grad) {
   check_4d("conv2d_backward_bias", grad, "gradient", "[N, O, Ho, Wo]");
-  Tensor gb = detail::make_tensor({grad.sizes()[1]}, grad.dtype(), grad.device());
-  if (gb.numel() == 0) return gb;
-  if (grad.numel() == 0) {
-    fill_(gb, 0);
-    return gb;
-  }
-  EMBER_DISPATCH_KERNEL(grad.device(), conv2d_bwd_bias_kernel, contiguous(grad), gb);
-  return gb;
+  check_floating("conv2d_backward_bias", grad, "gradient");
+  const bool half = grad.dtype() == DType::f16 || grad.dtype() == DType::bf16;
+  const Tensor g = half ? to(grad, grad.device(), DType::f32) : grad;
+  const Tensor per_sample = reduce(ReduceOp::sum, g, {2, 3}, /*keepdim=*/false);
+  const Tensor gb = reduce(ReduceOp::sum, per_sample, {0}, /*keepdim=*/false);
+  return half ? to(gb, gb.device(), grad.dtype()) : gb;
 }
 
 ValuesIndices max_pool2d(const Tensor& x, const Pool2dParams& p) {

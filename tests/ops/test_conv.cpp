@@ -213,7 +213,8 @@ struct PoolCase {
   std::array<int64_t, 2> kernel, stride, padding;
 };
 
-// Values and indices by the definition (padding is -inf, first maximum wins).
+// Values and indices by the definition (padding is -inf; scanning row by row, the first NaN
+// wins, else the first maximum).
 std::pair<std::vector<double>, std::vector<int64_t>> direct_pool(const Tensor& x, const PoolCase& p, int64_t Ho,
                                                                  int64_t Wo) {
   auto xv = x.to_vector<double>();
@@ -229,7 +230,8 @@ std::pair<std::vector<double>, std::vector<int64_t>> direct_pool(const Tensor& x
             const int64_t ih = oh * p.stride[0] - p.padding[0] + i, iw = ow * p.stride[1] - p.padding[1] + j;
             if (ih < 0 || ih >= p.H || iw < 0 || iw >= p.W) continue;
             const double v = xv[size_t(nc * p.H * p.W + ih * p.W + iw)];
-            if (bi < 0 || v > best) {
+            if (bi >= 0 && std::isnan(best)) continue;
+            if (bi < 0 || v > best || std::isnan(v)) {
               best = v;
               bi = ih * p.W + iw;
             }
@@ -242,6 +244,8 @@ std::pair<std::vector<double>, std::vector<int64_t>> direct_pool(const Tensor& x
 
 const std::vector<PoolCase> kPoolCases = {
     {2, 3, 8, 8, {2, 2}, {2, 2}, {0, 0}},
+    {3, 5, 9, 11, {2, 2}, {2, 2}, {0, 0}},  // 2x2 fast path, odd sizes (last row/column unused)
+    {4, 32, 26, 26, {2, 2}, {2, 2}, {0, 0}},  // 2x2 fast path, in parallel
     {1, 2, 7, 9, {3, 3}, {2, 2}, {1, 1}},
     {2, 2, 7, 6, {3, 2}, {1, 2}, {1, 0}},  // overlapping windows
     {1, 1, 5, 5, {5, 5}, {1, 1}, {2, 2}},
@@ -264,6 +268,27 @@ TEST(MaxPool2d, ForwardMatchesDirectLoop) {
       EXPECT_EQ(idx.dtype(), DType::i64);
       EXPECT_EQ(idx.to_vector<int64_t>(), ridx);
       EXPECT_TRUE(test::all_close(max_pool2d(x, p.kernel, p.stride, p.padding), ry, 0, 0));
+    }
+  }
+}
+
+// Ties and NaNs decide the index: small integers (many ties) with NaNs sprinkled in, so some
+// windows hold two NaNs or a NaN after a maximum. Every case above, fast path and generic.
+TEST(MaxPool2d, TiesAndNansMatchDirectLoop) {
+  for (const PoolCase& p : kPoolCases) {
+    SCOPED_TRACE(str("x[", p.N, ",", p.C, ",", p.H, ",", p.W, "] k", p.kernel[0], p.kernel[1]));
+    std::vector<double> v = randn({p.N, p.C, p.H, p.W}, DType::f64).to_vector<double>();
+    for (double& e : v) e = std::round(1.5 * e);
+    for (size_t i = 0; i < v.size(); i += 7) v[i] = NAN;
+    for (size_t i = 3; i < v.size(); i += 11) v[i] = NAN;
+    for (DType dt : {DType::f64, DType::f32, DType::bf16}) {
+      Tensor x = tensor<double>(v, {p.N, p.C, p.H, p.W}).to(dt);
+      auto [y, idx] = ops::max_pool2d(x, {p.kernel, p.stride, p.padding});
+      auto [ry, ridx] = direct_pool(x, p, y.size(2), y.size(3));
+      EXPECT_EQ(idx.to_vector<int64_t>(), ridx) << str(dt);
+      auto yv = y.to_vector<double>();
+      for (size_t k = 0; k < yv.size(); ++k)
+        ASSERT_TRUE(yv[k] == ry[k] || (std::isnan(yv[k]) && std::isnan(ry[k]))) << k << " " << str(dt);
     }
   }
 }
