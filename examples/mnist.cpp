@@ -7,6 +7,7 @@
 //   build/bin/mnist --model cnn --epochs 2 --checkpoint runs/cnn
 //   build/bin/mnist --model cnn --epochs 3 --checkpoint runs/cnn --resume   # continues
 //   build/bin/mnist --model cnn --amp bf16           # autocast (fp16: autocast + GradScaler)
+//   build/bin/mnist --device cuda --cuda-graph       # the step captured once, then replayed
 //   mpirun -np 2 build/bin/mnist --ddp               # data parallel: each rank takes half of
 //                                                    # every batch (README: Data-parallel)
 //
@@ -82,7 +83,7 @@ struct Config {
   int64_t profile = 0;  // --profile N
   double lr = 1e-3, weight_decay = 0.01;
   uint64_t seed = 0;
-  bool resume = false, deterministic = false, ddp = false;
+  bool resume = false, deterministic = false, ddp = false, cuda_graph = false;
 };
 
 struct Eval {
@@ -140,7 +141,10 @@ int run(const Config& cfg) {
   if (cfg.model == "cnn") model = std::make_unique<Cnn>();
   else model = std::make_unique<Mlp>();
   model->to(dev);
-  optim::AdamW opt(model->parameters(), {.lr = cfg.lr, .weight_decay = cfg.weight_decay});
+  // --cuda-graph: the step is captured once and replayed (cuda::GraphedStep), so AdamW keeps
+  // its lr and step counts on the device (capturable) and the GradScaler skips on the device.
+  optim::AdamW opt(model->parameters(),
+                   {.lr = cfg.lr, .weight_decay = cfg.weight_decay, .capturable = cfg.cuda_graph});
   // --ddp: rank 0's initial weights on every rank; backward averages the gradients over the
   // ranks, so each rank's AdamW makes the same update as one process on the global batch.
   std::unique_ptr<distributed::DistributedDataParallel> ddp;
@@ -163,6 +167,30 @@ int run(const Config& cfg) {
   const bool use_amp = cfg.amp != "off";
   const DType amp_dtype = cfg.amp == "fp16" ? DType::f16 : DType::bf16;
   amp::GradScaler scaler({.enabled = cfg.amp == "fp16"});
+
+  // One training step on a device batch; leaves its results in `logits` and `loss`.
+  Tensor logits, loss;
+  auto train_step = [&](const Tensor& xd, const Tensor& yd) {
+    {
+      amp::autocast ac(dev, amp_dtype, use_amp);
+      logits = ddp ? ddp->forward([&] { return model->forward(xd); }) : model->forward(xd);
+      loss = cross_entropy(logits, yd);  // f32 under autocast
+    }
+    opt.zero_grad();
+    scaler.scale(loss).backward();
+    scaler.step(opt);  // a plain opt.step() unless fp16 found inf/NaN gradients
+    scaler.update();
+  };
+  // --cuda-graph: full batches go through the graph, which reads x_static / y_static and
+  // leaves its outputs in graph_logits / graph_loss; a short last batch runs eagerly.
+  Tensor x_static, y_static, graph_logits, graph_loss;
+  std::optional<cuda::GraphedStep> graphed;
+  if (cfg.cuda_graph)
+    graphed.emplace([&] {
+      train_step(x_static, y_static);
+      graph_logits = logits;
+      graph_loss = loss;
+    });
 
   // ---- resume ----
   int64_t step = 0;
@@ -266,16 +294,19 @@ int run(const Config& cfg) {
       if (step >= epoch_end) break;
       profile.begin_step();
       Tensor xd = x.to(dev, true), yd = y.to(dev, true);
-      Tensor logits, loss;
-      {
-        amp::autocast ac(dev, amp_dtype, use_amp);
-        logits = ddp ? ddp->forward([&] { return model->forward(xd); }) : model->forward(xd);
-        loss = cross_entropy(logits, yd);  // f32 under autocast
+      if (graphed && x.size(0) == rank_batch) {
+        if (!x_static.defined()) {
+          x_static = zeros(xd.sizes(), TensorOptions(xd.dtype()).device(dev));
+          y_static = zeros(yd.sizes(), TensorOptions(yd.dtype()).device(dev));
+        }
+        x_static.copy_(xd);
+        y_static.copy_(yd);
+        (*graphed)();
+        logits = graph_logits;
+        loss = graph_loss;
+      } else {
+        train_step(xd, yd);
       }
-      opt.zero_grad();
-      scaler.scale(loss).backward();
-      scaler.step(opt);  // a plain opt.step() unless fp16 found inf/NaN gradients
-      scaler.update();
       ++step;
       {
         NoGradGuard no_grad;
@@ -382,10 +413,25 @@ int main(int argc, char** argv) {
   app.add_option("--profile", cfg.profile,
                  "profile N steps after 2 warm-up steps: print the op table, write <out>/trace.json, stop")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--cuda-graph", cfg.cuda_graph,
+               "capture the training step in a CUDA graph after 3 eager steps and replay it (--device cuda, "
+               "--model mlp; docs/performance.md)");
   app.add_flag("--ddp", cfg.ddp,
                "data parallel over the ranks of mpirun -np N: each rank trains on 1/N of every batch, "
                "rank 0 prints and saves");
   CLI11_PARSE(app, argc, argv);
+  if (cfg.cuda_graph) {
+    // Dropout draws from host-side Philox offsets, which a replay would repeat: every step
+    // would drop the same units. DDP's all-reduce hooks are not capturable yet.
+    const char* why = cfg.device != "cuda" ? "needs --device cuda"
+                      : cfg.model != "mlp" ? "supports --model mlp only (the cnn's dropout would replay one mask)"
+                      : cfg.ddp           ? "does not support --ddp yet"
+                                          : nullptr;
+    if (why != nullptr) {
+      std::fprintf(stderr, "mnist: --cuda-graph %s\n", why);
+      return 2;
+    }
+  }
   ember::set_deterministic(cfg.deterministic);
   if (cfg.ddp) {
     // Any failure ends the whole job instead of leaving the other ranks waiting in a

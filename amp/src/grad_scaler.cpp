@@ -1,6 +1,7 @@
 // GradScaler: torch.cuda.amp.GradScaler (PyTorch 1.13) step for step. The device-side work
 // is two ops (ops::amp_unscale_and_check_, ops::amp_update_scale_); this file is bookkeeping.
-// The one host synchronization of a step is step()'s read of the found_inf flag(s).
+// The one host synchronization of a step is step()'s read of the found_inf flag(s), and it is
+// gone with an optimizer that skips on the device (Optimizer::can_skip_on_device).
 #include "ember/amp/grad_scaler.h"
 
 #include <cmath>
@@ -107,6 +108,13 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
   EMBER_CHECK(!st.found_inf.empty(), ValueError,
               "[GradScaler.step] no inf checks were recorded for this optimizer (no parameter has "
               "a gradient)");
+  // An optimizer that reads the flag on the device skips by itself: no host read, so the
+  // whole step can be captured in a CUDA graph (Note [capturable optimizer step]).
+  if (optimizer.can_skip_on_device() && st.found_inf.size() == 1) {
+    optimizer.step_unless_found_inf(st.found_inf[0]);
+    st.stage = Stage::stepped;
+    return true;
+  }
   // The step-skip decision: one host read per device (one in the usual single-device case).
   double found = 0;
   for (const Tensor& f : st.found_inf) found += f.item<double>();

@@ -148,6 +148,23 @@ void adam_step_kernel(const TensorList& params, const TensorList& grads, const T
   });
 }
 
+void adam_step_scheduled_kernel(const TensorList& params, const TensorList& grads,
+                                const TensorList& exp_avgs, const TensorList& exp_avg_sqs,
+                                const Tensor& lr, const Tensor& steps,
+                                const std::vector<size_t>& step_index, const Tensor& found_inf,
+                                const AdamStepParams& hp) {
+  if (found_inf.defined() && *static_cast<const float*>(found_inf.data_ptr()) != 0) return;
+  double* counts = static_cast<double*>(steps.data_ptr());
+  AdamStepParams now = hp;
+  now.lr = *static_cast<const double*>(lr.data_ptr());
+  std::vector<AdamTensorScalars> scalars;
+  scalars.reserve(params.size());
+  for (size_t k = 0; k < params.size(); ++k)
+    scalars.push_back(adam_tensor_scalars(now.lr, counts[step_index[k]] + 1, hp.beta1, hp.beta2));
+  if (!params.empty()) adam_step_kernel(params, grads, exp_avgs, exp_avg_sqs, scalars, now);
+  for (int64_t i = 0; i < steps.numel(); ++i) counts[i] += 1;
+}
+
 void sgd_step_kernel(const TensorList& params, const TensorList& grads,
                      const TensorList& momentum_buffers, const std::vector<uint8_t>& first,
                      const SgdStepParams& hp) {

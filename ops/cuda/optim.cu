@@ -69,9 +69,19 @@ struct AdamConsts {
   bool l2, decoupled, maximize;
 };
 
+// Note [capturable optimizer step] (ops/src/optim.cpp): with `lr` set, the scalars come from
+// device memory (lr, steps[t.a[i]]) and the host's t.a/t.b/k.decay are not used; found_inf,
+// when set and non-zero, makes every block return before touching anything.
+struct DeviceSchedule {
+  const double* lr = nullptr;
+  const double* steps = nullptr;
+  const float* found_inf = nullptr;
+  double beta1 = 0, beta2 = 0, weight_decay = 0;
+};
+
 template <class P, class S, class C>
 __global__ void adam_multi_tensor_kernel(const __grid_constant__ TensorTable<4> t,
-                                         const AdamConsts<C> k) {
+                                         const AdamConsts<C> k, const DeviceSchedule sched) {
   const int64_t block = blockIdx.x;
   const int i = tensor_of_block(t, block);
   const int64_t begin = (block - t.chunk_begin[i]) * kChunk;
@@ -80,13 +90,21 @@ __global__ void adam_multi_tensor_kernel(const __grid_constant__ TensorTable<4> 
   const P* g = static_cast<const P*>(t.ptr[1][i]);
   S* m = static_cast<S*>(t.ptr[2][i]);
   S* v = static_cast<S*>(t.ptr[3][i]);
-  const C neg_step_size = C(-t.a[i]);
-  const C bias_corr2_sqrt = C(t.b[i]);
+  C neg_step_size = C(-t.a[i]), bias_corr2_sqrt = C(t.b[i]), decay = k.decay;
+  if (sched.lr != nullptr) {
+    if (sched.found_inf != nullptr && *sched.found_inf != 0.0f) return;
+    const double lr = *sched.lr;
+    const AdamTensorScalars s =
+        adam_tensor_scalars(lr, sched.steps[int64_t(t.a[i])] + 1, sched.beta1, sched.beta2);
+    neg_step_size = C(-s.step_size);
+    bias_corr2_sqrt = C(s.bias_corr2_sqrt);
+    decay = C(1 - lr * sched.weight_decay);
+  }
   for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
     C grad = C(g[j]);
     if (k.maximize) grad = -grad;
     C param = C(p[j]);
-    if (k.decoupled) param = param * k.decay;
+    if (k.decoupled) param = param * decay;
     if (k.l2) grad = grad + k.weight_decay * param;
     const C mj = C(m[j]) * k.beta1 + k.one_minus_beta1 * grad;
     const C vj = C(v[j]) * k.beta2 + k.one_minus_beta2 * grad * grad;
@@ -95,6 +113,14 @@ __global__ void adam_multi_tensor_kernel(const __grid_constant__ TensorTable<4> 
     const C denom = device_sqrt(vj) / bias_corr2_sqrt + k.eps;
     p[j] = P(param + neg_step_size * mj / denom);
   }
+}
+
+// steps[i] += 1 for every i, unless found_inf is set and non-zero. Launched after the update
+// kernel on the same stream, so every block of the update has read the old counts.
+__global__ void advance_steps_kernel(double* steps, int64_t n, const float* found_inf) {
+  if (found_inf != nullptr && *found_inf != 0.0f) return;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    steps[i] += 1;
 }
 
 template <class C>
@@ -170,13 +196,12 @@ void launch_tables(const TensorList& params, const std::vector<size_t>& idx, Set
   flush();
 }
 
-}  // namespace
-
-void adam_step_kernel(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
-                      const TensorList& exp_avg_sqs, const std::vector<AdamTensorScalars>& scalars,
-                      const AdamStepParams& hp) {
-  EMBER_CUDA_CHECK(cudaSetDevice(params[0].device().index));
-  cudaStream_t stream = ember::cuda::detail::current_stream_handle(params[0].device().index);
+// One multi-tensor launch per dtype (and per full table). row_scalars(i) gives tensor i's
+// (a, b) table entries: the host scalars, or with a schedule the index into its steps.
+template <class RowScalars>
+void launch_adam(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
+                 const TensorList& exp_avg_sqs, const AdamStepParams& hp, const DeviceSchedule& sched,
+                 RowScalars row_scalars, cudaStream_t stream) {
   for (const auto& [dtype, idx] : by_dtype(params)) {
     visit_floating(dtype, [&](auto tag) {
       using P = decltype(tag);
@@ -193,15 +218,50 @@ void adam_step_kernel(const TensorList& params, const TensorList& grads, const T
             t.ptr[1][row] = grads[i].data_ptr();
             t.ptr[2][row] = exp_avgs[i].data_ptr();
             t.ptr[3][row] = exp_avg_sqs[i].data_ptr();
-            t.a[row] = scalars[i].step_size;
-            t.b[row] = scalars[i].bias_corr2_sqrt;
+            const std::pair<double, double> ab = row_scalars(i);
+            t.a[row] = ab.first;
+            t.b[row] = ab.second;
           },
           [&](const TensorTable<4>& t, int64_t blocks) {
-            adam_multi_tensor_kernel<P, S, C><<<unsigned(blocks), kThreads, 0, stream>>>(t, k);
+            adam_multi_tensor_kernel<P, S, C><<<unsigned(blocks), kThreads, 0, stream>>>(t, k, sched);
             EMBER_CUDA_CHECK_LAUNCH();
           });
     });
   }
+}
+
+}  // namespace
+
+void adam_step_kernel(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
+                      const TensorList& exp_avg_sqs, const std::vector<AdamTensorScalars>& scalars,
+                      const AdamStepParams& hp) {
+  EMBER_CUDA_CHECK(cudaSetDevice(params[0].device().index));
+  cudaStream_t stream = ember::cuda::detail::current_stream_handle(params[0].device().index);
+  launch_adam(params, grads, exp_avgs, exp_avg_sqs, hp, DeviceSchedule{},
+              [&](size_t i) { return std::make_pair(scalars[i].step_size, scalars[i].bias_corr2_sqrt); },
+              stream);
+}
+
+void adam_step_scheduled_kernel(const TensorList& params, const TensorList& grads,
+                                const TensorList& exp_avgs, const TensorList& exp_avg_sqs,
+                                const Tensor& lr, const Tensor& steps,
+                                const std::vector<size_t>& step_index, const Tensor& found_inf,
+                                const AdamStepParams& hp) {
+  EMBER_CUDA_CHECK(cudaSetDevice(steps.device().index));
+  cudaStream_t stream = ember::cuda::detail::current_stream_handle(steps.device().index);
+  DeviceSchedule sched;
+  sched.lr = static_cast<const double*>(lr.data_ptr());
+  sched.steps = static_cast<const double*>(steps.data_ptr());
+  sched.found_inf = found_inf.defined() ? static_cast<const float*>(found_inf.data_ptr()) : nullptr;
+  sched.beta1 = hp.beta1;
+  sched.beta2 = hp.beta2;
+  sched.weight_decay = hp.weight_decay;
+  launch_adam(params, grads, exp_avgs, exp_avg_sqs, hp, sched,
+              [&](size_t i) { return std::make_pair(double(step_index[i]), 0.0); }, stream);
+  const int64_t n = steps.numel();
+  advance_steps_kernel<<<unsigned((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      static_cast<double*>(steps.data_ptr()), n, sched.found_inf);
+  EMBER_CUDA_CHECK_LAUNCH();
 }
 
 void sgd_step_kernel(const TensorList& params, const TensorList& grads,

@@ -1,7 +1,10 @@
 #pragma once
+#include <math.h>
+
 #include <vector>
 
 #include "dispatch.h"
+#include "ember/macros.h"
 #include "ember/ops/optim.h"
 
 // Preconditions the front (ops/src/optim.cpp) guarantees:
@@ -17,6 +20,11 @@ struct AdamTensorScalars {
   double step_size;       // lr / (1 - beta1^t)
   double bias_corr2_sqrt; // sqrt(1 - beta2^t)
 };
+// The scalars of step t, in double: one formula for the host (adam_step_) and for the
+// kernels that read lr and t from device memory (adam_step_scheduled_).
+EMBER_HD inline AdamTensorScalars adam_tensor_scalars(double lr, double t, double beta1, double beta2) {
+  return {lr / (1 - ::pow(beta1, t)), ::sqrt(1 - ::pow(beta2, t))};
+}
 }  // namespace ember::ops
 
 #define EMBER_OPTIM_KERNELS                                                                  \
@@ -24,6 +32,13 @@ struct AdamTensorScalars {
                         const TensorList& exp_avgs, const TensorList& exp_avg_sqs,           \
                         const std::vector<AdamTensorScalars>& scalars,                       \
                         const AdamStepParams& p);                                            \
+  /* scalars from device memory: lr[0], steps[step_index[i]] (+1, then stored for all of */    \
+  /* steps), nothing at all when found_inf is defined and non-zero */                         \
+  void adam_step_scheduled_kernel(const TensorList& params, const TensorList& grads,         \
+                                  const TensorList& exp_avgs, const TensorList& exp_avg_sqs, \
+                                  const Tensor& lr, const Tensor& steps,                     \
+                                  const std::vector<size_t>& step_index,                     \
+                                  const Tensor& found_inf, const AdamStepParams& p);         \
   void sgd_step_kernel(const TensorList& params, const TensorList& grads,                    \
                        const TensorList& momentum_buffers, const std::vector<uint8_t>& first, \
                        const SgdStepParams& p);

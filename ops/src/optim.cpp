@@ -88,12 +88,46 @@ void adam_step_(const TensorList& params, const TensorList& grads, const TensorL
   scalars.reserve(prep.params.size());
   for (size_t i : prep.index) {
     EMBER_CHECK(steps[i] >= 1, ValueError, "[", op, "] step counts start at 1, got ", steps[i]);
-    const double t = double(steps[i]);
-    scalars.push_back({p.lr / (1 - std::pow(p.beta1, t)), std::sqrt(1 - std::pow(p.beta2, t))});
+    scalars.push_back(adam_tensor_scalars(p.lr, double(steps[i]), p.beta1, p.beta2));
   }
   EMBER_DISPATCH_KERNEL(prep.params[0].device(), adam_step_kernel, prep.params, prep.grads,
                         prep.states[0], prep.states[1], scalars, p);
   finish(params, prep);
+}
+
+// Note [capturable optimizer step]
+// A CUDA graph replays kernels with the arguments they were captured with, so an update whose
+// learning rate and bias corrections are host numbers would repeat step 1's values forever.
+// adam_step_scheduled_ passes pointers instead: the kernel reads lr and each parameter's step
+// count from device memory, forms adam_tensor_scalars there, and the driver then advances the
+// counts in a second launch (stream-ordered after every block has read them). An lr
+// scheduler writes the new lr into the lr tensor between replays. GradScaler's found_inf flag
+// is read by the kernel too, so a skipped step needs no host decision: that one host read
+// per step is what kept GradScaler::step out of a graph.
+void adam_step_scheduled_(const TensorList& params, const TensorList& grads,
+                          const TensorList& exp_avgs, const TensorList& exp_avg_sqs,
+                          const Tensor& lr, const Tensor& steps, const Tensor& found_inf,
+                          const AdamStepParams& p) {
+  const char* op = p.decoupled_weight_decay ? "adamw_step" : "adam_step";
+  EMBER_CHECK(!params.empty(), ValueError, "[", op, "] no parameters");
+  const Device device = params[0].device();
+  auto check_scalar_tensor = [&](const Tensor& t, const char* what, DType dtype, int64_t n) {
+    detail::check_defined(op, t, what);
+    EMBER_CHECK(t.device() == device && t.dtype() == dtype && t.dim() == 1 && t.sizes()[0] == n &&
+                    t.is_contiguous(),
+                ValueError, "[", op, "] ", what, " must be a contiguous ", dtype, " [", n, "] tensor on ",
+                device, ", got ", t.dtype(), " ", t.sizes(), " on ", t.device());
+  };
+  check_scalar_tensor(lr, "lr", DType::f64, 1);
+  check_scalar_tensor(steps, "steps", DType::f64, int64_t(params.size()));
+  if (found_inf.defined()) check_scalar_tensor(found_inf, "found_inf", DType::f32, 1);
+  Prepared prep = prepare(op, params, grads, {&exp_avgs, &exp_avg_sqs});
+  // Every step count advances (even of an empty parameter), so the kernel runs even when no
+  // parameter has elements; the drivers handle an empty list.
+  EMBER_DISPATCH_KERNEL(device, adam_step_scheduled_kernel, prep.params, prep.grads, prep.states[0],
+                        prep.states[1], lr, steps, prep.index, found_inf, p);
+  finish(params, prep);
+  steps.bump_version();
 }
 
 void sgd_step_(const TensorList& params, const TensorList& grads,

@@ -1,5 +1,6 @@
 // Adam and AdamW: validation, lazy state creation and one fused ops::adam_step_ call per
-// group. A parameter's step count advances only after its update succeeded.
+// group (ops::adam_step_scheduled_ for a capturable group). A parameter's step count advances
+// only after its update succeeded.
 #include "ember/optim/adam.h"
 
 #include <cmath>
@@ -44,6 +45,8 @@ AdamBase<Options, Decoupled>::AdamBase(std::vector<Group> groups)
     : Optimizer(adam_name(Decoupled), group_params(groups, adam_name(Decoupled)),
                 {"exp_avg", "exp_avg_sq"}, true) {
   for (const auto& g : groups) options_.push_back(g.options);
+  device_lr_.resize(options_.size());
+  device_steps_.resize(options_.size());
 }
 
 template <class Options, bool Decoupled>
@@ -56,13 +59,88 @@ template <class Options, bool Decoupled>
 void AdamBase<Options, Decoupled>::set_options(const Options& options, size_t group) {
   check_group(group, "set_options");
   validate(options, adam_name(Decoupled), ".set_options");
+  EMBER_CHECK(options.capturable == options_[group].capturable || !device_steps_[group].defined(), ValueError,
+              "[", adam_name(Decoupled), ".set_options] capturable cannot change after the group's first step");
   options_[group] = options;
+  if (device_lr_[group].defined()) device_lr_[group].fill_(options.lr);
+}
+
+template <class Options, bool Decoupled>
+void AdamBase<Options, Decoupled>::set_group_lr(size_t group, double lr) {
+  options_[group].lr = lr;
+  if (device_lr_[group].defined()) device_lr_[group].fill_(lr);  // read by the next (replayed) step
+}
+
+template <class Options, bool Decoupled>
+bool AdamBase<Options, Decoupled>::can_skip_on_device() const {
+  for (const Options& o : options_)
+    if (!o.capturable) return false;
+  return true;
+}
+
+template <class Options, bool Decoupled>
+void AdamBase<Options, Decoupled>::step_unless_found_inf(const Tensor& found_inf) {
+  EMBER_CHECK(can_skip_on_device(), NotImplementedError, "[", adam_name(Decoupled),
+              ".step_unless_found_inf] needs capturable = true in every parameter group");
+  ember::detail::check_defined("step_unless_found_inf", found_inf, "found_inf");
+  update(found_inf);
+}
+
+template <class Options, bool Decoupled>
+void AdamBase<Options, Decoupled>::capturable_update(size_t g, const Tensor& found_inf) {
+  const Options& o = options_[g];
+  const auto& group = params(g);
+  if (group.empty()) return;
+  TensorList ps, gs, ms, vs;
+  std::vector<std::pair<Tensor, Tensor>> masters;
+  for (size_t k = 0; k < group.size(); ++k) {
+    const Tensor& p = group[k];
+    EMBER_CHECK(p.grad().defined(), ValueError, "[", adam_name(Decoupled), ".step] parameter ", k, " of group ", g,
+                " has no gradient: a capturable optimizer updates every parameter of its groups at every "
+                "step (leave a frozen parameter out of the optimizer, or use capturable = false)");
+    ParamState& s = param_state(param_number(g, k));
+    if (s.buffers.empty()) {
+      const TensorOptions opts = TensorOptions(ops::optim_state_dtype(p.dtype())).device(p.device());
+      s.buffers = {zeros(p.sizes(), opts), zeros(p.sizes(), opts)};
+    }
+    const Tensor target = update_target(param_number(g, k), p, o.master_weights);
+    if (!target.is_same(p)) masters.emplace_back(p, target);
+    ps.push_back(target);
+    gs.push_back(p.grad());
+    ms.push_back(s.buffers[0]);
+    vs.push_back(s.buffers[1]);
+  }
+  if (!device_steps_[g].defined()) {
+    // From here on the counts live on the device, starting from the host's (a state dict
+    // loaded before the first step included).
+    const Device device = group[0].device();
+    std::vector<double> counts;
+    for (size_t k = 0; k < group.size(); ++k) counts.push_back(double(param_state(param_number(g, k)).step));
+    device_steps_[g] = tensor(counts, Shape{int64_t(counts.size())}).to(device);
+    device_lr_[g] = full({1}, o.lr, TensorOptions(DType::f64).device(device));
+    for (size_t k = 0; k < group.size(); ++k)
+      param_state(param_number(g, k)).device_step = device_steps_[g].select(0, int64_t(k));
+  }
+  ops::adam_step_scheduled_(ps, gs, ms, vs, device_lr_[g], device_steps_[g], found_inf,
+                            {.lr = o.lr, .beta1 = o.betas[0], .beta2 = o.betas[1], .eps = o.eps,
+                             .weight_decay = o.weight_decay, .decoupled_weight_decay = Decoupled,
+                             .maximize = o.maximize});
+  write_back_masters(masters);
 }
 
 template <class Options, bool Decoupled>
 void AdamBase<Options, Decoupled>::step() {
+  update(Tensor());
+}
+
+template <class Options, bool Decoupled>
+void AdamBase<Options, Decoupled>::update(const Tensor& found_inf) {
   NoGradGuard no_grad;
   for (size_t g = 0; g < num_param_groups(); ++g) {
+    if (options_[g].capturable) {
+      capturable_update(g, found_inf);
+      continue;
+    }
     const Options& o = options_[g];
     TensorList ps, gs, ms, vs;
     std::vector<int64_t> steps;

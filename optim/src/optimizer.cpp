@@ -129,7 +129,13 @@ Tensor Optimizer::state(size_t param, std::string_view buffer) const {
 int64_t Optimizer::state_step(size_t param) const {
   EMBER_CHECK(param < state_.size(), IndexError, "[", name_, ".state_step] parameter ", param,
               " is out of range for ", state_.size(), " parameters");
-  return state_[param].step;
+  const ParamState& s = state_[param];
+  return s.device_step.defined() ? int64_t(s.device_step.item<double>()) : s.step;
+}
+
+void Optimizer::step_unless_found_inf(const Tensor&) {
+  throw NotImplementedError(str("[", name_, ".step_unless_found_inf] this optimizer decides skipped steps on the "
+                                "host; use one with can_skip_on_device() (Adam/AdamW with capturable = true)"));
 }
 
 StateDict Optimizer::state_dict() const {
@@ -138,7 +144,7 @@ StateDict Optimizer::state_dict() const {
     const ParamState& s = state_[i];
     if (s.buffers.empty()) continue;
     const std::string prefix = str("state.", i, ".");
-    if (counts_steps_) out.set_int(prefix + "step", s.step);
+    if (counts_steps_) out.set_int(prefix + "step", state_step(i));
     for (size_t b = 0; b < state_names_.size(); ++b) out.insert(prefix + state_names_[b], s.buffers[b]);
     if (s.master.defined()) out.insert(prefix + "master", s.master);
   }
@@ -269,6 +275,12 @@ void Optimizer::load_state_dict(const StateDict& in) {
       set_group_lr(g, saved_lrs[g]);
     }
     throw;
+  }
+  // Device step counts stay where they are (a captured step reads them there); they take
+  // the loaded values.
+  for (size_t i = 0; i < state_.size(); ++i) {
+    fresh[i].device_step = state_[i].device_step;
+    if (fresh[i].device_step.defined()) fresh[i].device_step.fill_(double(fresh[i].step));
   }
   state_ = std::move(fresh);
   initial_lr_ = std::move(initial);

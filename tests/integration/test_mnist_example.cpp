@@ -8,6 +8,7 @@
 #include <random>
 #include <sstream>
 
+#include "ember/cuda.h"
 #include "support/test_support.h"
 
 namespace fs = std::filesystem;
@@ -128,11 +129,42 @@ TEST_F(MnistExample, BadInputExitsWithAClearMessage) {
   ProcessResult resume_without_dir = run_mnist(common() + "--resume");
   EXPECT_EQ(resume_without_dir.status, 1);
   EXPECT_NE(resume_without_dir.output.find("--resume needs --checkpoint"), std::string::npos);
+  // --cuda-graph needs a GPU and the MLP (refused before any data is read).
+  ProcessResult graph_on_cpu = run_mnist(common() + "--cuda-graph");
+  EXPECT_EQ(graph_on_cpu.status, 2);
+  EXPECT_NE(graph_on_cpu.output.find("--cuda-graph needs --device cuda"), std::string::npos) << graph_on_cpu.output;
   // A truncated image file names the file.
   fs::resize_file(root_ / "data" / "train-images-idx3-ubyte", 1000);
   ProcessResult truncated = run_mnist(common());
   EXPECT_EQ(truncated.status, 1);
   EXPECT_NE(truncated.output.find("train-images-idx3-ubyte"), std::string::npos) << truncated.output;
+}
+
+// --cuda-graph: 3 eager steps, then the captured step replayed (cuda::GraphedStep, capturable
+// AdamW). Two epochs of 10 full batches; every logged mean training loss (metrics.csv column 2)
+// must be the eager run's.
+TEST_F(MnistExample, CudaGraphRunMatchesTheEagerRun) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto mean_losses = [&](const std::string& flags, const std::string& out) {
+    const fs::path dir = root_ / out;
+    ProcessResult r = run_mnist(common() + "--device cuda --epochs 2 --log-every 1 --out " + dir.string() + " " + flags);
+    EXPECT_EQ(r.status, 0) << r.output;
+    std::ifstream csv(dir / "metrics.csv");
+    std::string line;
+    std::getline(csv, line);  // header
+    std::vector<double> losses;
+    while (std::getline(csv, line)) {
+      std::stringstream row(line);
+      std::string field;
+      for (int col = 0; col <= 2; ++col) std::getline(row, field, ',');
+      losses.push_back(std::stod(field));
+    }
+    return losses;
+  };
+  const std::vector<double> eager = mean_losses("", "eager"), graphed = mean_losses("--cuda-graph", "graphed");
+  ASSERT_EQ(eager.size(), 20u);
+  ASSERT_EQ(graphed.size(), eager.size());
+  for (size_t k = 0; k < eager.size(); ++k) EXPECT_NEAR(graphed[k], eager[k], 1e-5 * std::abs(eager[k])) << "row " << k;
 }
 
 }  // namespace

@@ -207,6 +207,77 @@ TEST_P(Fused, BadListsAreRejected) {
             std::string::npos);
 }
 
+// The capturable form reads lr and the step counts from tensors: the same update as the host
+// form with those values (bit for bit on the CPU, whose scalars come from the same double
+// arithmetic; on CUDA the device's pow may differ in the last bit), every count advances, and
+// a non-zero found_inf leaves everything as it was.
+TEST_P(Fused, ScheduledAdamEqualsHostScalarsAndSkipsOnInf) {
+  NoGradGuard no_grad;
+  const bool exact = dev().is_cpu();
+  const TensorOptions f64 = TensorOptions(DType::f64).device(dev());
+  for (const auto& hp : kAdamVariants) {
+    Lists host = make_lists(dev(), 41);
+    Lists sched = clone_lists(host);
+    std::vector<int64_t> steps = {1, 3, 2, 5, 1, 4, 1};
+    Tensor counts = tensor(std::vector<double>{0, 2, 1, 4, 0, 3, 0}, Shape{7}).to(dev());
+    Tensor lr = full({1}, hp.lr, f64);
+    const Tensor clear = zeros({1}, TensorOptions(DType::f32).device(dev()));
+    for (int round = 0; round < 3; ++round) {
+      SCOPED_TRACE("round " + std::to_string(round));
+      ops::adam_step_(host.p, host.g, host.m, host.v, steps, hp);
+      // Round 0 passes no flag, the others a clear (zero) one: both update.
+      ops::adam_step_scheduled_(sched.p, sched.g, sched.m, sched.v, lr, counts, round == 0 ? Tensor() : clear, hp);
+      for (size_t i = 0; i < host.p.size(); ++i) {
+        SCOPED_TRACE("tensor " + std::to_string(i));
+        const Tol t = exact ? Tol{0, 0} : tol_for(host.p[i].dtype());
+        EXPECT_TRUE(test::all_close(sched.p[i], host.p[i], t.rtol, t.atol));
+        EXPECT_TRUE(test::all_close(sched.m[i], host.m[i], exact ? 0 : 1e-6, 0));
+        EXPECT_TRUE(test::all_close(sched.v[i], host.v[i], exact ? 0 : 1e-6, 0));
+      }
+      for (auto& s : steps) ++s;
+      EXPECT_EQ(counts.to_vector<int64_t>(), std::vector<int64_t>({1 + round, 3 + round, 2 + round, 5 + round,
+                                                                   1 + round, 4 + round, 1 + round}));
+    }
+    // A new lr written into the tensor is the one the next update uses.
+    ops::AdamStepParams hp2 = hp;
+    hp2.lr = hp.lr * 0.25;
+    lr.fill_(hp2.lr);
+    ops::adam_step_(host.p, host.g, host.m, host.v, steps, hp2);
+    ops::adam_step_scheduled_(sched.p, sched.g, sched.m, sched.v, lr, counts, Tensor(), hp);
+    for (size_t i = 0; i < host.p.size(); ++i) {
+      const Tol t = exact ? Tol{0, 0} : tol_for(host.p[i].dtype());
+      EXPECT_TRUE(test::all_close(sched.p[i], host.p[i], t.rtol, t.atol)) << "new lr, tensor " << i;
+    }
+    // found_inf set: nothing moves, not even the counts.
+    Lists before = clone_lists(sched);
+    const Tensor counts_before = counts.clone();
+    ops::adam_step_scheduled_(sched.p, sched.g, sched.m, sched.v, lr, counts, full({1}, 1.0, TensorOptions(DType::f32).device(dev())), hp);
+    for (size_t i = 0; i < host.p.size(); ++i) {
+      EXPECT_TRUE(test::all_close(sched.p[i], before.p[i], 0, 0)) << "skipped, tensor " << i;
+      EXPECT_TRUE(test::all_close(sched.m[i], before.m[i], 0, 0));
+      EXPECT_TRUE(test::all_close(sched.v[i], before.v[i], 0, 0));
+    }
+    EXPECT_TRUE(test::all_close(counts, counts_before, 0, 0));
+  }
+}
+
+TEST_P(Fused, ScheduledAdamRejectsBadScheduleTensors) {
+  NoGradGuard no_grad;
+  Lists l = make_lists(dev(), 5);
+  const TensorOptions f64 = TensorOptions(DType::f64).device(dev());
+  const Tensor lr = full({1}, 1e-3, f64), counts = zeros({7}, f64);
+  auto run = [&](const Tensor& lr_t, const Tensor& steps_t, const Tensor& inf_t) {
+    return test::message_of<ValueError>(
+        [&] { ops::adam_step_scheduled_(l.p, l.g, l.m, l.v, lr_t, steps_t, inf_t, kAdamVariants[0]); });
+  };
+  EXPECT_NE(run(full({1}, 1e-3, TensorOptions(DType::f32).device(dev())), counts, Tensor())
+                .find("lr must be a contiguous f64 [1] tensor"),
+            std::string::npos);
+  EXPECT_NE(run(lr, zeros({6}, f64), Tensor()).find("steps must be a contiguous f64 [7] tensor"), std::string::npos);
+  EXPECT_NE(run(lr, counts, zeros({1}, f64)).find("found_inf must be a contiguous f32 [1] tensor"),
+            std::string::npos);
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, Fused, ::testing::ValuesIn(test::test_devices()), test::device_label);
 
 TEST(FusedCpu, ResultsDoNotDependOnTheThreadCount) {

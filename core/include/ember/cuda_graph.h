@@ -28,8 +28,11 @@
 // - Work must stay on the capture stream (the current stream); CPU work is not recorded.
 #pragma once
 
+#include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
+#include <utility>
 
 namespace ember::cuda {
 
@@ -79,6 +82,62 @@ class GraphCapture {
  private:
   Graph& graph_;
   int uncaught_ = 0;
+};
+
+// Whole-step CUDA graphs in one call: wraps a static-shape training step (forward, backward,
+// GradScaler, optimizer) so that calling it runs the step eagerly `warmup_steps` times, then
+// captures it and replays the capture (so every call performs exactly one step), and from
+// then on only replays: one launch per step instead of hundreds.
+//
+//   Tensor x_static = ..., y_static = ..., loss;              // on the GPU
+//   optim::AdamW opt(params, {.lr = 1e-3, .capturable = true});
+//   cuda::GraphedStep train_step([&] {
+//     opt.zero_grad();
+//     loss = model.loss(x_static, y_static);                   // results: tensors it writes
+//     scaler.scale(loss).backward();
+//     scaler.step(opt);                                         // skip decided on the device
+//     scaler.update();
+//   });
+//   for (auto& [x, y] : loader) {
+//     x_static.copy_(x); y_static.copy_(y);                     // new inputs, same addresses
+//     train_step();
+//     if (step % 100 == 0) print(loss.item<double>());          // a read between replays
+//   }
+//
+// Why warm-up: optimizer state, master weights, autocast's weight casts and cuBLAS/cuDNN
+// workspaces are created at a step's first run, and allocating them under capture would tie
+// them to the graph's pool. What the step must do to replay correctly (Graph's rules, above):
+// read its inputs from tensors that the caller overwrites in place; leave its results in
+// tensors that are read after the call (variables assigned inside the step hold the graph's
+// outputs after the capturing call); no host reads (item(), printing) inside; an optimizer
+// whose step counts and lr live on the device (AdamW/Adam with capturable = true: set_lr
+// between calls takes effect); and shapes that never change (run a differently-shaped batch,
+// e.g. an epoch's last, through `step()` eagerly instead).
+class GraphedStep {
+ public:
+  explicit GraphedStep(std::function<void()> step, int warmup_steps = 3)
+      : step_(std::move(step)), warmup_steps_(warmup_steps) {}
+  // One training step: eager, capture + replay, or replay.
+  void operator()() {
+    if (calls_++ < warmup_steps_) {
+      step_();
+      return;
+    }
+    if (!graph_.is_captured()) {
+      GraphCapture capture(graph_);
+      step_();
+    }
+    graph_.replay();
+  }
+  // The step run eagerly, outside the graph (e.g. for a batch of another shape).
+  void step() { step_(); }
+  bool is_captured() const { return graph_.is_captured(); }
+
+ private:
+  std::function<void()> step_;
+  int warmup_steps_;
+  int64_t calls_ = 0;
+  Graph graph_;
 };
 
 }  // namespace ember::cuda

@@ -14,8 +14,9 @@
 //   update() runs on the device (ops::amp_update_scale_): it never synchronizes.
 // - unscale_(opt) is ONE fused multi-tensor pass per device (ops::amp_unscale_and_check_) that
 //   divides every gradient of the optimizer by the scale in place and sets a device-side
-//   found_inf flag. step(opt) reads that flag once (the only host synchronization of a step);
-//   no per-tensor decision is ever taken on the host.
+//   found_inf flag. step(opt) reads that flag once (the only host synchronization of a step;
+//   none with a capturable optimizer, which reads the flag on the device); no per-tensor
+//   decision is ever taken on the host.
 // - Per optimizer and per step: unscale_ at most once, and before step; step at most once;
 //   update() resets that bookkeeping. The optimizer is identified by its address and must stay
 //   alive between unscale_/step and update().
@@ -62,7 +63,10 @@ class GradScaler {
   // Divides the optimizer's gradients by the scale in place and records inf/NaN (on device).
   void unscale_(optim::Optimizer& optimizer);
   // Unscales if unscale_ was not called, then calls optimizer.step() unless an inf/NaN was
-  // found. Returns whether the step was taken (one host read of the device flag).
+  // found. Returns whether the step was taken (one host read of the device flag). With an
+  // optimizer that can_skip_on_device() (capturable Adam/AdamW) on one device, the flag goes
+  // to optimizer.step_unless_found_inf instead and is never read here: step() returns true
+  // ("submitted"), the device decides, and the call can be captured in a CUDA graph.
   bool step(optim::Optimizer& optimizer);
   // Adjusts the scale from the steps since the last update (backoff on inf, growth after
   // growth_interval clean updates), on device.

@@ -46,6 +46,23 @@ void adam_step_(const TensorList& params, const TensorList& grads, const TensorL
                 const TensorList& exp_avg_sqs, const std::vector<int64_t>& steps,
                 const AdamStepParams& p);
 
+// The capturable form of adam_step_ (Note [capturable optimizer step] in ops/src/optim.cpp):
+// the learning rate and the step counts are read from tensors on the parameters' device when
+// the update runs instead of being formed on the host, so an update captured in a CUDA graph
+// replays with the values current at each replay, and a GradScaler's inf flag can skip it
+// without the host reading the flag.
+//   lr:        f64 [1], the learning rate (p.lr is not used);
+//   steps:     f64 [n], the number of steps parameter i has taken; it updates with
+//              t = steps[i] + 1, after which steps[i] = t;
+//   found_inf: undefined, or f32 [1]: when non-zero nothing changes (no parameter, state or
+//              step count), as a step GradScaler skips.
+// Results equal adam_step_'s with p.lr = lr and steps[i] + 1 as the step counts (bit for bit
+// on the CPU, where the scalars are formed by the same double arithmetic).
+void adam_step_scheduled_(const TensorList& params, const TensorList& grads,
+                          const TensorList& exp_avgs, const TensorList& exp_avg_sqs,
+                          const Tensor& lr, const Tensor& steps, const Tensor& found_inf,
+                          const AdamStepParams& p);
+
 struct SgdStepParams {
   double lr = 1e-3;
   double momentum = 0.0;

@@ -23,6 +23,13 @@ struct AdamOptions {
   // Note [master weights] (optimizer.h): f16/bf16 parameters are updated through an f32
   // master copy kept in the optimizer state ("state.<i>.master").
   bool master_weights = false;
+  // Note [capturable optimizer step] (ops/src/optim.cpp), PyTorch's capturable=True: the
+  // group's learning rate and step counts live in device tensors that the update kernel
+  // reads, so step() can be captured in a CUDA graph and replayed (set_lr between replays
+  // takes effect), and GradScaler skips an inf step on the device without a host read.
+  // Every parameter of the group must have a gradient at every step (a captured step
+  // updates a fixed set); same results as capturable = false otherwise.
+  bool capturable = false;
 };
 
 // Same fields; weight_decay defaults to 0.01 as in torch.optim.AdamW.
@@ -33,6 +40,7 @@ struct AdamWOptions {
   double weight_decay = 1e-2;
   bool maximize = false;
   bool master_weights = false;  // as AdamOptions::master_weights
+  bool capturable = false;      // as AdamOptions::capturable
 };
 
 namespace detail {
@@ -43,18 +51,27 @@ class AdamBase : public Optimizer {
   using Group = ParamGroup<Options>;
 
   void step() override;
+  bool can_skip_on_device() const override;
+  void step_unless_found_inf(const Tensor& found_inf) override;
   const Options& options(size_t group = 0) const;
   void set_options(const Options& options, size_t group);
 
  protected:
   explicit AdamBase(std::vector<Group> groups);
   double group_lr(size_t group) const override { return options_[group].lr; }
-  void set_group_lr(size_t group, double lr) override { options_[group].lr = lr; }
+  void set_group_lr(size_t group, double lr) override;
   void save_group_options(size_t group, StateDict& out, const std::string& prefix) const override;
   void load_group_options(size_t group, const StateDict& in, const std::string& prefix) override;
 
  private:
+  void update(const Tensor& found_inf);
+  // Group g's update through ops::adam_step_scheduled_ (options.capturable).
+  void capturable_update(size_t g, const Tensor& found_inf);
+
   std::vector<Options> options_;
+  // Capturable groups, created at their first step: the lr (f64 [1]) and the step counts
+  // (f64 [n], one per parameter of the group) on the group's device.
+  std::vector<Tensor> device_lr_, device_steps_;
 };
 extern template class AdamBase<AdamOptions, false>;
 extern template class AdamBase<AdamWOptions, true>;

@@ -54,6 +54,13 @@ class Optimizer {
 
   // One update of every parameter that has a gradient.
   virtual void step() = 0;
+  // Whether step_unless_found_inf is available: an optimizer whose update reads GradScaler's
+  // inf flag on the device (Adam/AdamW with capturable = true in every group).
+  virtual bool can_skip_on_device() const { return false; }
+  // step(), except that nothing changes (parameters, state, step counts) when found_inf, an
+  // f32 [1] flag on the parameters' device, is non-zero; decided by the device, so the host
+  // never waits for the flag. NotImplementedError unless can_skip_on_device().
+  virtual void step_unless_found_inf(const Tensor& found_inf);
   // Drops every gradient (set_to_none, the default as in PyTorch 2) or zeroes it in place.
   void zero_grad(bool set_to_none = true);
 
@@ -84,6 +91,9 @@ class Optimizer {
  protected:
   struct ParamState {
     int64_t step = 0;
+    // A capturable optimizer's count of this parameter on the device (an f64 0-dim view of
+    // its group's counts): when defined it is the count, and `step` is not used.
+    Tensor device_step;
     std::vector<Tensor> buffers;  // in state_names order; empty before the first step
     Tensor master;                // f32 master copy of a 16-bit parameter, or undefined
   };
