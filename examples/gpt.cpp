@@ -8,6 +8,7 @@
 //   build/bin/gpt                                                     # tiny, CPU, 200 steps
 //   build/bin/gpt --preset gpt2-small --device cuda --amp bf16 --batch-size 16 --seq-len 1024
 //                 --total-batch-tokens 524288 --steps 5000 --checkpoint runs/gpt2
+//   build/bin/gpt --preset gpt2-small --device cuda --amp bf16 --cuda-graph ...  # replayed step
 //   mpirun -np 2 build/bin/gpt --ddp ...                              # one rank per GPU/CPU
 //   build/bin/gpt --generate --checkpoint runs/gpt2 --prompt "The jury said"
 //
@@ -51,7 +52,7 @@ struct Config {
   int64_t profile = 0;  // --profile N
   double lr = 1e-3, min_lr = -1, weight_decay = 0.1, grad_clip = 1.0;
   uint64_t seed = 0;
-  bool resume = false, ddp = false, recompute = false, deterministic = false;
+  bool resume = false, ddp = false, recompute = false, deterministic = false, cuda_graph = false;
   // --generate
   bool generate = false;
   std::string prompt;
@@ -155,7 +156,7 @@ int train(const Config& cfg) {
                     "data/brown_tokens/brown_train_*.bin)");
 
   optim::AdamW opt(model.configure_optimizer_groups<optim::AdamWOptions>(
-      cfg.weight_decay, {.lr = cfg.lr, .betas = {0.9, 0.95}, .eps = 1e-8}));
+      cfg.weight_decay, {.lr = cfg.lr, .betas = {0.9, 0.95}, .eps = 1e-8, .capturable = cfg.cuda_graph}));
   const double min_lr = cfg.min_lr >= 0 ? cfg.min_lr : cfg.lr / 10;
   optim::WarmupCosineLR schedule(opt, std::min(cfg.warmup_steps, cfg.steps - 1), cfg.steps, min_lr);
   std::unique_ptr<distributed::DistributedDataParallel> ddp;
@@ -263,14 +264,15 @@ int train(const Config& cfg) {
   double last_loss = NAN, last_val = NAN, train_seconds = 0, last_tokens_per_s = 0, last_mfu = NAN;
   int64_t trained_steps = 0;
   model.train();
-  while (step < cfg.steps) {
-    profile.begin_step();
-    const auto t0 = std::chrono::steady_clock::now();
+  // One optimizer step over the micro-batches (device tensors); leaves the summed loss and the
+  // gradient norm in loss_sum / grad_norm_t, read after the step.
+  using Batch = std::pair<Tensor, Tensor>;
+  Tensor loss_sum, grad_norm_t;
+  auto train_step = [&](const std::vector<Batch>& micro_batches) {
     opt.zero_grad();
-    Tensor loss_sum = zeros({}, TensorOptions(DType::f32).device(dev));
+    loss_sum = zeros({}, TensorOptions(DType::f32).device(dev));
     for (int64_t micro = 0; micro < accum; ++micro) {
-      auto [x, y] = train_data.next();
-      Tensor xd = x.to(dev, true), yd = y.to(dev, true);
+      const auto& [xd, yd] = micro_batches[size_t(micro)];
       // DDP reduces the gradients only in the last micro-batch's backward.
       std::optional<distributed::DistributedDataParallel::NoSyncGuard> no_sync;
       if (ddp && micro + 1 < accum) no_sync.emplace(*ddp);
@@ -285,12 +287,48 @@ int train(const Config& cfg) {
       loss_sum += loss.detach().to(DType::f32);
     }
     scaler.unscale_(opt);
-    const double grad_norm = optim::clip_grad_norm_(model.parameters(), cfg.grad_clip).item<double>();
-    const double lr = opt.lr(0);
+    grad_norm_t = optim::clip_grad_norm_(model.parameters(), cfg.grad_clip);
     scaler.step(opt);  // skipped (fp16) when a gradient is inf/NaN
     scaler.update();
-    schedule.step();
+  };
+  // --cuda-graph: the step captured once (after 3 eager ones) and replayed; it reads its
+  // micro-batches from static tensors and leaves its results in graph_loss_sum / graph_norm.
+  std::vector<Batch> static_batches;
+  Tensor graph_loss_sum, graph_norm;
+  std::optional<cuda::GraphedStep> graphed;
+  if (cfg.cuda_graph)
+    graphed.emplace([&] {
+      train_step(static_batches);
+      graph_loss_sum = loss_sum;
+      graph_norm = grad_norm_t;
+    });
+  while (step < cfg.steps) {
+    profile.begin_step();
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<Batch> micro_batches;
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      auto [x, y] = train_data.next();
+      micro_batches.emplace_back(x.to(dev, true), y.to(dev, true));
+    }
+    const double lr = opt.lr(0);
+    if (graphed) {
+      if (static_batches.empty())
+        for (const auto& [xd, yd] : micro_batches)
+          static_batches.emplace_back(zeros(xd.sizes(), TensorOptions(xd.dtype()).device(dev)),
+                                      zeros(yd.sizes(), TensorOptions(yd.dtype()).device(dev)));
+      for (size_t k = 0; k < micro_batches.size(); ++k) {
+        static_batches[k].first.copy_(micro_batches[k].first);
+        static_batches[k].second.copy_(micro_batches[k].second);
+      }
+      (*graphed)();
+      loss_sum = graph_loss_sum;
+      grad_norm_t = graph_norm;
+    } else {
+      train_step(micro_batches);
+    }
+    schedule.step();  // the next step's lr (a capturable AdamW's device lr is written too)
     ++step;
+    const double grad_norm = grad_norm_t.item<double>();
     const double loss = mean_over_ranks(loss_sum.item<double>());  // syncs the step
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     train_seconds += seconds;
@@ -387,6 +425,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));
   app.add_option("--device", cfg.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--ddp", cfg.ddp, "data parallel over the ranks of mpirun -np N");
+  app.add_flag("--cuda-graph", cfg.cuda_graph,
+               "capture the training step (all micro-batches, clipping, AdamW) in a CUDA graph after 3 eager "
+               "steps and replay it (--device cuda; docs/performance.md)");
   app.add_flag("--recompute", cfg.recompute, "activation checkpointing: recompute each block in backward");
   app.add_option("--eval-every", cfg.eval_every, "validation loss every N steps (0: never)")
       ->check(CLI::NonNegativeNumber);
@@ -413,6 +454,11 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   ember::set_deterministic(cfg.deterministic);
+  if (cfg.cuda_graph && (cfg.device != "cuda" || cfg.ddp || cfg.generate)) {
+    // DDP's all-reduce hooks are not capturable yet.
+    std::fprintf(stderr, "gpt: --cuda-graph needs --device cuda, and does not support --ddp or --generate\n");
+    return 2;
+  }
   if (cfg.ddp) {
     distributed::init();
     if (distributed::rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) return 1;

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "ember/cuda.h"
+
 #ifndef EMBER_BIN_DIR
 #error "EMBER_BIN_DIR must name the folder holding gpt"
 #endif
@@ -146,6 +148,25 @@ TEST_F(GptExample, TrainsDeterministicallyAndResumesBitExact) {
   EXPECT_EQ(g1.output, g2.output) << "greedy sampling is deterministic";
 }
 
+// --cuda-graph: 3 eager steps, then the captured step (both micro-batches, clipping, AdamW)
+// replayed, with the warmup + cosine lr changing every step through the device lr. Every
+// logged training loss must be the eager run's (GPU only; equal up to cuBLAS algorithm choice).
+TEST_F(GptExample, CudaGraphRunMatchesTheEagerRun) {
+  if (!ember::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto losses = [&](const std::string& flags, const std::string& name) {
+    const fs::path out = root_ / name;
+    ProcessResult r = run_gpt(common(out) + "--device cuda --steps 10 " + flags);
+    EXPECT_EQ(r.status, 0) << r.output;
+    std::vector<double> v;
+    for (const std::string& row : train_losses(out / "metrics.csv")) v.push_back(std::stod(row.substr(row.find(':') + 1)));
+    return v;
+  };
+  const std::vector<double> eager = losses("", "eager"), graphed = losses("--cuda-graph", "graphed");
+  ASSERT_EQ(eager.size(), 10u);
+  ASSERT_EQ(graphed.size(), eager.size());
+  for (size_t k = 0; k < eager.size(); ++k) EXPECT_NEAR(graphed[k], eager[k], 1e-4 * std::abs(eager[k])) << "step " << k + 1;
+}
+
 TEST_F(GptExample, BadFlagsAndFilesAreNamed) {
   const fs::path out = root_ / "bad";
   struct Case {
@@ -160,6 +181,7 @@ TEST_F(GptExample, BadFlagsAndFilesAreNamed) {
       {"--resume", "--resume"},
       {"--generate", "--checkpoint"},
       {"--data " + root_.string(), "--val-data"},  // the folder holds val.bin too
+      {"--cuda-graph", "--cuda-graph needs --device cuda"},
   };
   for (const Case& c : cases) {
     ProcessResult r = run_gpt(common(out) + "--steps 2 " + c.args);
