@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   std::string data_dir = std::string(EMBER_SOURCE_DIR) + "/data/mnist";
   int64_t steps = 200, warmup = 10, batch = 128;
   int threads = omp_get_max_threads();
-  bool no_peer = false;
+  bool no_peer = false, cuda_graph = false;
   CLI::App app{"MNIST training throughput: ember vs PyTorch"};
   app.add_option("--model", model_name)->check(CLI::IsMember({"mlp", "cnn"}));
   app.add_option("--steps", steps)->check(CLI::PositiveNumber);
@@ -86,9 +86,16 @@ int main(int argc, char** argv) {
   app.add_option("--data", data_dir);
   app.add_option("--python", python, "the Python whose torch is the peer");
   app.add_flag("--no-peer", no_peer);
+  app.add_flag("--cuda-graph", cuda_graph,
+               "ember's step captured in a CUDA graph after the warm-up and replayed (--device cuda, mlp)");
   app.add_option("--amp", amp_mode, "ember's mixed precision: off, bf16 (autocast), fp16 (autocast + GradScaler)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));
   CLI11_PARSE(app, argc, argv);
+  if (cuda_graph && (device_name != "cuda" || model_name != "mlp")) {
+    std::fprintf(stderr, "bench_mnist: --cuda-graph needs --device cuda and --model mlp (the cnn's dropout "
+                         "would replay one mask)\n");
+    return 2;
+  }
   omp_set_num_threads(threads);
   const Device dev = device_name == "cuda" ? Device::cuda(0) : Device::cpu();
 
@@ -113,7 +120,7 @@ int main(int argc, char** argv) {
   if (model_name == "cnn") model = std::make_unique<Cnn>();
   else model = std::make_unique<Mlp>();
   model->to(dev);
-  optim::AdamW opt(model->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
+  optim::AdamW opt(model->parameters(), {.lr = 1e-3, .weight_decay = 0.01, .capturable = cuda_graph});
   Tensor perm = randperm(n).to(dev);
   const bool use_amp = amp_mode != "off";
   const DType amp_dtype = amp_mode == "fp16" ? DType::f16 : DType::bf16;
@@ -142,19 +149,37 @@ int main(int argc, char** argv) {
     }
     return loss;
   };
-  for (int64_t i = 0; i < warmup; ++i) step(i, false);
+  // --cuda-graph: the step reads its batch through a static index tensor; the warm-up steps
+  // run eagerly, then the step is captured and every timed step is one replay.
+  Tensor idx_static = zeros({batch}, TensorOptions(DType::i64).device(dev)), graph_loss;
+  cuda::GraphedStep graphed(
+      [&] {
+        amp::autocast ac(dev, amp_dtype, use_amp);
+        graph_loss = cross_entropy(model->forward(x_all.index_select(0, idx_static)), y_all.index_select(0, idx_static));
+        opt.zero_grad();
+        scaler.scale(graph_loss).backward();
+        scaler.step(opt);
+        scaler.update();
+      },
+      /*warmup_steps=*/int(std::max<int64_t>(warmup, 1)));
+  auto graph_step = [&](int64_t i) {
+    idx_static.copy_(perm.narrow(0, (i * batch) % (n - batch), batch));
+    graphed();
+    return graph_loss;
+  };
+  for (int64_t i = 0; i < warmup; ++i) cuda_graph ? graph_step(i) : step(i, false);
   if (dev.is_cuda()) cuda::synchronize();
   const auto t0 = Clock::now();
   Tensor loss;
-  for (int64_t i = 0; i < steps; ++i) loss = step(warmup + i, true);
+  for (int64_t i = 0; i < steps; ++i) loss = cuda_graph ? graph_step(warmup + i) : step(warmup + i, true);
   loss.item<double>();
   if (dev.is_cuda()) cuda::synchronize();
   const double seconds = ms_since(t0) / 1e3;
   const double ember_rate = double(steps * batch) / seconds;
-  std::printf("ember  %s %s amp %s batch %lld, %d threads, %s data: %.1f samples/s (%.3f ms/step: forward "
+  std::printf("ember  %s %s%s amp %s batch %lld, %d threads, %s data: %.1f samples/s (%.3f ms/step: forward "
               "%.3f, backward %.3f, optimizer %.3f), final loss %.4f\n",
-              model_name.c_str(), device_name.c_str(), amp_mode.c_str(), (long long)batch, threads,
-              real ? "MNIST" : "random", ember_rate, 1e3 * seconds / double(steps), t_fwd / double(steps),
+              model_name.c_str(), device_name.c_str(), cuda_graph ? " cuda-graph" : "", amp_mode.c_str(),
+              (long long)batch, threads, real ? "MNIST" : "random", ember_rate, 1e3 * seconds / double(steps), t_fwd / double(steps),
               t_bwd / double(steps), t_opt / double(steps), loss.item<double>());
 
   // The peer at its best: Debian's torch with OpenBLAS runs each GEMM on OpenBLAS's own
@@ -191,10 +216,11 @@ int main(int argc, char** argv) {
     }
     if (peer_rate <= 0) std::printf("torch  peer did not run (is torch importable by %s?)\n", python.c_str());
   }
-  std::printf("result: {\"bench\": \"mnist_train\", \"model\": \"%s\", \"device\": \"%s\", "
+  std::printf("result: {\"bench\": \"mnist_train\", \"model\": \"%s\", \"device\": \"%s\", \"cuda_graph\": %s, "
               "\"amp\": \"%s\", \"batch\": %lld, \"threads\": %d, \"ember_samples_per_s\": %.1f, "
               "\"peer_samples_per_s\": %.1f, \"ratio\": %.3f, \"peer\": \"torch %s%s\", \"peer_blas\": \"%s\"}\n",
-              model_name.c_str(), device_name.c_str(), amp_mode.c_str(), (long long)batch, threads, ember_rate,
+              model_name.c_str(), device_name.c_str(), cuda_graph ? "true" : "false", amp_mode.c_str(), (long long)batch,
+              threads, ember_rate,
               peer_rate, peer_rate > 0 ? ember_rate / peer_rate : 0.0, peer_version.c_str(),
               peer_env.empty() ? "" : (" " + peer_env.substr(0, peer_env.size() - 1)).c_str(), peer_blas.c_str());
   return 0;

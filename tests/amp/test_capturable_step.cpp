@@ -150,6 +150,24 @@ TEST_P(CapturableStep, EveryParameterNeedsAGradient) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, CapturableStep, ::testing::ValuesIn(test_devices()), device_label);
 
+// The warm-up calls are plain calls of the step (so they run anywhere); a zero warm-up is
+// refused; and without a GPU the capturing call fails with an ember error, not a crash.
+TEST(GraphedStep, WarmUpCallsRunTheStepEagerly) {
+  EXPECT_THROW(cuda::GraphedStep([] {}, 0), ValueError);
+  int runs = 0;
+  cuda::GraphedStep step([&] { ++runs; }, 2);
+  step();
+  step();
+  EXPECT_EQ(runs, 2);
+  EXPECT_FALSE(step.is_captured());
+  step.step();  // the eager form, any time
+  EXPECT_EQ(runs, 3);
+  if (!cuda::is_available()) {
+    EXPECT_THROW(step(), Error);
+    EXPECT_FALSE(step.is_captured());
+  }
+}
+
 // The acceptance test for whole-step CUDA graphs: cuda::GraphedStep captures one full
 // step (forward, scaled backward, unscale + inf check, AdamW, scale update) after three eager
 // warm-up steps and replays it on new batches copied into the static inputs, with an lr change

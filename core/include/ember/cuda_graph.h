@@ -34,6 +34,8 @@
 #include <memory>
 #include <utility>
 
+#include "ember/error.h"
+
 namespace ember::cuda {
 
 class Graph {
@@ -115,8 +117,12 @@ class GraphCapture {
 // e.g. an epoch's last, through `step()` eagerly instead).
 class GraphedStep {
  public:
+  // warmup_steps >= 1: a first run under capture would record the creation of state (e.g.
+  // the optimizer's zero-filled moments) and every replay would redo it.
   explicit GraphedStep(std::function<void()> step, int warmup_steps = 3)
-      : step_(std::move(step)), warmup_steps_(warmup_steps) {}
+      : step_(std::move(step)), warmup_steps_(warmup_steps) {
+    EMBER_CHECK(warmup_steps >= 1, ValueError, "[GraphedStep] warmup_steps must be at least 1, got ", warmup_steps);
+  }
   // One training step: eager, capture + replay, or replay.
   void operator()() {
     if (calls_++ < warmup_steps_) {
