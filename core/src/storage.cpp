@@ -13,6 +13,13 @@
 namespace ember {
 
 namespace {
+// Sanitizer builds skip every host cache below, so use-after-free stays detectable.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kHostCachesEnabled = false;
+#else
+constexpr bool kHostCachesEnabled = true;
+#endif
+
 // 64-byte aligned host memory: a cache line, and enough for any SIMD load Eigen issues.
 // Freed blocks are kept for reuse, in two caches:
 // - small blocks (up to kMaxSmall bytes) in per-thread free lists: without them, the
@@ -21,7 +28,6 @@ namespace {
 //   total: a training step allocates the same activation and gradient sizes every step, and
 //   without the cache each of them is a fresh mmap whose first touch page-faults (10-15% of
 //   an MNIST MLP step went to the kernel zeroing pages). release_cached_host_memory() frees it.
-// Sanitizer builds skip both caches so use-after-free stays detectable.
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
@@ -87,11 +93,7 @@ class CpuAllocator final : public Allocator {
   static size_t round(size_t nbytes) {
     return nbytes <= kMaxSmall ? (nbytes + 63) & ~size_t(63) : (nbytes + 4095) & ~size_t(4095);
   }
-#if defined(__SANITIZE_ADDRESS__)
-  static constexpr bool kCacheEnabled = false;
-#else
-  static constexpr bool kCacheEnabled = true;
-#endif
+  static constexpr bool kCacheEnabled = kHostCachesEnabled;
   static constexpr size_t kMaxSmall = 4096, kPerBin = 64;
   static constexpr size_t kMaxLargeBytes = size_t(1) << 30;
   struct SmallCache {
@@ -110,6 +112,27 @@ class CpuAllocator final : public Allocator {
   size_t large_bytes_ = 0;
 };
 
+// ---- detail::small_object_alloc ----
+constexpr size_t kSmallObjectStep = 16, kSmallObjectMax = 1024, kSmallObjectClasses = kSmallObjectMax / 16;
+constexpr size_t kSmallObjectsPerClass = 256;
+
+// Readable at any point of a thread's exit (trivially destructible), unlike the lists.
+thread_local bool t_small_lists_gone = false;
+
+struct SmallObjectLists {
+  std::vector<void*> lists[kSmallObjectClasses];
+  ~SmallObjectLists() {
+    t_small_lists_gone = true;  // objects freed later in this thread's exit bypass the lists
+    for (auto& list : lists)
+      for (void* p : list) ::operator delete(p);
+  }
+};
+
+SmallObjectLists& small_object_lists() {
+  thread_local SmallObjectLists lists;
+  return lists;
+}
+
 CpuAllocator& cpu_allocator() {
   // Never destroyed: tensors in static storage may be freed after main returns.
   static CpuAllocator* cpu = new CpuAllocator;
@@ -118,6 +141,36 @@ CpuAllocator& cpu_allocator() {
 }  // namespace
 
 void release_cached_host_memory() { cpu_allocator().release_large(); }
+
+namespace detail {
+
+void* small_object_alloc(size_t nbytes) {
+  if (!kHostCachesEnabled || nbytes == 0 || nbytes > kSmallObjectMax || t_small_lists_gone)
+    return ::operator new(nbytes);
+  const size_t cls = (nbytes - 1) / kSmallObjectStep;
+  std::vector<void*>& list = small_object_lists().lists[cls];
+  if (list.empty()) return ::operator new((cls + 1) * kSmallObjectStep);
+  void* p = list.back();
+  list.pop_back();
+  return p;
+}
+
+void small_object_free(void* p, size_t nbytes) noexcept {
+  if (p == nullptr) return;
+  if (kHostCachesEnabled && nbytes != 0 && nbytes <= kSmallObjectMax && !t_small_lists_gone) {
+    std::vector<void*>& list = small_object_lists().lists[(nbytes - 1) / kSmallObjectStep];
+    if (list.size() < kSmallObjectsPerClass) {
+      try {
+        list.push_back(p);
+        return;
+      } catch (...) {  // no room to remember it: free it instead
+      }
+    }
+  }
+  ::operator delete(p);
+}
+
+}  // namespace detail
 
 Allocator* allocator_for(Device device) {
   if (device.is_cpu()) return &cpu_allocator();

@@ -289,11 +289,17 @@ void release_node(std::shared_ptr<autograd::Node>&& node) {
   draining = false;
 }
 
+// Impl blocks come from the small-object lists (storage.h): every op makes one or more.
+static std::shared_ptr<TensorImpl> new_impl() {
+  return std::allocate_shared<TensorImpl>(SmallObjectAllocator<TensorImpl>{});
+}
+
 Tensor make_tensor(const Shape& sizes, DType dtype, Device device) {
   for (int64_t s : sizes)
     EMBER_CHECK(s >= 0, ShapeError, "[empty] negative size in shape ", sizes);
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(size_t(sizes.numel()) * itemsize(dtype), device);
+  auto impl = new_impl();
+  impl->storage = std::allocate_shared<Storage>(SmallObjectAllocator<Storage>{},
+                                                size_t(sizes.numel()) * itemsize(dtype), device);
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
   impl->dtype = dtype;
@@ -301,7 +307,7 @@ Tensor make_tensor(const Shape& sizes, DType dtype, Device device) {
 }
 
 Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset) {
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = new_impl();
   impl->storage = base.storage();
   impl->sizes = sizes;
   impl->strides = strides;

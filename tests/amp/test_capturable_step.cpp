@@ -79,8 +79,10 @@ TEST_P(CapturableStep, MatchesTheHostScheduledStep) {
   EMBER_SKIP_IF_NO_DEVICE(dev);
   const RunResult eager = train(dev, false), capt = train(dev, true);
   const double tol = dev.is_cpu() ? 0.0 : 1e-6;
-  for (size_t k = 0; k < eager.losses.size(); ++k)
-    if (k != 3) EXPECT_NEAR(capt.losses[k], eager.losses[k], tol * std::abs(eager.losses[k])) << "step " << k;
+  for (size_t k = 0; k < eager.losses.size(); ++k) {
+    if (k == 3) continue;  // the inf batch
+    EXPECT_NEAR(capt.losses[k], eager.losses[k], tol * std::abs(eager.losses[k])) << "step " << k;
+  }
   for (size_t i = 0; i < eager.params.size(); ++i)
     EXPECT_TRUE(all_close(capt.params[i], eager.params[i], tol, tol)) << "parameter " << i;
   EXPECT_EQ(capt.scale, eager.scale);

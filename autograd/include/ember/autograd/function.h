@@ -144,7 +144,8 @@ Tensor record(const char* name, Tensor output, std::initializer_list<TensorRef> 
   if (!needs_grad(inputs)) return output;
   TensorList in(inputs.begin(), inputs.end());
   using Fn = detail::FunctionNode<std::decay_t<Vjp>>;
-  auto node = std::make_shared<Fn>(name, std::forward<Vjp>(vjp), in, output);
+  // Node blocks come from the small-object lists (ember/storage.h), as tensor impls do.
+  auto node = std::allocate_shared<Fn>(ember::detail::SmallObjectAllocator<Fn>{}, name, std::forward<Vjp>(vjp), in, output);
   return detail::attach(std::move(node), output, in);
 }
 // For ops with a variable number of inputs (cat, stack).
@@ -152,7 +153,7 @@ template <class Vjp>
 Tensor record(const char* name, Tensor output, const TensorList& inputs, Vjp&& vjp) {
   if (!needs_grad(inputs)) return output;
   using Fn = detail::FunctionNode<std::decay_t<Vjp>>;
-  auto node = std::make_shared<Fn>(name, std::forward<Vjp>(vjp), inputs, output);
+  auto node = std::allocate_shared<Fn>(ember::detail::SmallObjectAllocator<Fn>{}, name, std::forward<Vjp>(vjp), inputs, output);
   return detail::attach(std::move(node), output, inputs);
 }
 
