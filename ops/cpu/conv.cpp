@@ -9,15 +9,19 @@
 // Threading follows Note [GEMM threading] (ops/cpu/linalg.cpp): samples in parallel with a
 // single-threaded GEMM each, or samples in turn with Eigen's threads inside each GEMM.
 // f16/bf16 compute in f32 (converted once per call, rounded once at the end).
+// 3x3 stride-1 convolutions with enough channels take the Winograd path instead (all three
+// passes): ops/cpu/winograd.cpp, Note [Winograd convolution].
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "kernels/conv.h"
 #include "kernels/elementwise.h"
 #include "kernels/linalg.h"
+#include "winograd.h"
 
 namespace ember::ops::cpu {
 
@@ -243,6 +247,16 @@ void max_pool_2x2_plane(const S* x, int64_t W, int64_t Ho, int64_t Wo, S* y, int
   }
 }
 
+// The Winograd problem of this convolution when that path computes it (set_conv_winograd).
+std::optional<winograd::Problem> winograd_problem(const Shape& x, const Shape& w, const Conv2dParams& p) {
+  if (!conv_winograd() || w[2] != 3 || w[3] != 3 || p.stride != std::array<int64_t, 2>{1, 1} ||
+      p.dilation != std::array<int64_t, 2>{1, 1})
+    return std::nullopt;
+  const winograd::Problem q{x[0], x[1], x[2], x[3], w[0], p.padding[0], p.padding[1], p.groups};
+  if (!winograd::eligible(q)) return std::nullopt;
+  return q;
+}
+
 // Calls f(T{}) for f32 / f64 (the 16-bit types were converted to f32 by the caller).
 template <class F>
 void visit_f32_f64(DType t, F&& f) {
@@ -261,8 +275,15 @@ void conv2d_fwd_kernel(const Tensor& x, const Tensor& w, const Tensor& bias, con
     return;
   }
   const Geometry g(x.sizes(), w.sizes(), p);
+  const auto wino = winograd_problem(x.sizes(), w.sizes(), p);
   visit_f32_f64(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    if (wino) {
+      winograd::forward<T>(static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
+                           bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr,
+                           static_cast<T*>(y.data_ptr()), *wino);
+      return;
+    }
     conv_forward<T>(static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
                     bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr,
                     static_cast<T*>(y.data_ptr()), g);
@@ -277,8 +298,14 @@ void conv2d_bwd_input_kernel(const Tensor& gy, const Tensor& w, const Tensor& gx
     return;
   }
   const Geometry g(gx.sizes(), w.sizes(), p);
+  const auto wino = winograd_problem(gx.sizes(), w.sizes(), p);
   visit_f32_f64(gy.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    if (wino) {
+      winograd::backward_input<T>(static_cast<const T*>(gy.data_ptr()), static_cast<const T*>(w.data_ptr()),
+                                  static_cast<T*>(gx.data_ptr()), *wino);
+      return;
+    }
     conv_backward_input<T>(static_cast<const T*>(gy.data_ptr()), static_cast<const T*>(w.data_ptr()),
                            static_cast<T*>(gx.data_ptr()), g);
   });
@@ -292,8 +319,14 @@ void conv2d_bwd_weight_kernel(const Tensor& gy, const Tensor& x, const Tensor& g
     return;
   }
   const Geometry g(x.sizes(), gw.sizes(), p);
+  const auto wino = winograd_problem(x.sizes(), gw.sizes(), p);
   visit_f32_f64(gy.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    if (wino) {
+      winograd::backward_weight<T>(static_cast<const T*>(gy.data_ptr()), static_cast<const T*>(x.data_ptr()),
+                                   static_cast<T*>(gw.data_ptr()), *wino);
+      return;
+    }
     conv_backward_weight<T>(static_cast<const T*>(gy.data_ptr()), static_cast<const T*>(x.data_ptr()),
                             static_cast<T*>(gw.data_ptr()), g);
   });

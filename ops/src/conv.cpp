@@ -2,6 +2,10 @@
 // and inputs are made contiguous, so kernels index dense NCHW buffers.
 #include "ember/ops/conv.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
 #include "ember/ops/elementwise.h"
 #include "ember/ops/reduce.h"
 #include "kernels/conv.h"
@@ -66,6 +70,16 @@ void check_grad_shape(const char* op, const Tensor& grad, const Shape& expected)
 }
 
 }  // namespace
+
+namespace {
+std::atomic<bool> g_conv_winograd{[] {
+  const char* env = std::getenv("EMBER_CONV_WINOGRAD");
+  return !(env && std::string(env) == "0");
+}()};
+}  // namespace
+
+void set_conv_winograd(bool allow) { g_conv_winograd.store(allow, std::memory_order_relaxed); }
+bool conv_winograd() { return g_conv_winograd.load(std::memory_order_relaxed); }
 
 int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation) {
   return (in + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1;

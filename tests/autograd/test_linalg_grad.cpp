@@ -110,6 +110,7 @@ TEST(Conv2dGrad, Gradcheck) {
       {{2, 4, 4, 4}, {4, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2, true},
       {{1, 3, 4, 4}, {3, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 3, false},  // depthwise
       {{2, 3, 3, 3}, {2, 3, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},   // 1x1
+      {{1, 16, 3, 3}, {16, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},  // Winograd F(2x2, 3x3)
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(str("x", Shape(c.x), " w", Shape(c.w), " s", c.stride[0], c.stride[1], " p", c.padding[0],

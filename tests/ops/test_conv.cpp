@@ -37,7 +37,13 @@ const std::vector<ConvCase> kConvCases = {
     {3, 4, 5, 5, 8, 1, 1, {2, 2}, {0, 0}, {1, 1}, 2, false},   // 1x1 strided, grouped
     {5, 3, 12, 10, 8, 5, 5, {2, 1}, {2, 2}, {1, 2}, 1, true},  // many samples: parallel path
     {1, 1, 3, 3, 1, 5, 5, {1, 1}, {1, 1}, {1, 1}, 1, false},   // kernel == padded input
-    {1, 16, 20, 20, 32, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, true},  // one large sample: Eigen threads
+    {1, 16, 20, 20, 32, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, true},  // one large sample (Winograd)
+    // Winograd F(2x2, 3x3): 3x3, stride 1, >= 16 channels in and out per group, padding <= 2.
+    {3, 16, 9, 7, 16, 3, 3, {1, 1}, {0, 0}, {1, 1}, 1, true},   // odd output: partial tiles
+    {2, 16, 6, 5, 32, 3, 3, {1, 1}, {1, 2}, {1, 1}, 1, false},  // padding 1 and 2
+    {2, 16, 3, 3, 16, 3, 3, {1, 1}, {0, 0}, {1, 1}, 1, true},   // one output pixel
+    {2, 32, 7, 6, 32, 3, 3, {1, 1}, {1, 1}, {1, 1}, 2, true},   // groups
+    {5, 16, 22, 22, 16, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, true}, // work units span samples
 };
 
 int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
@@ -165,6 +171,61 @@ TEST(Conv2d, NonContiguousInputsAndUnbatched) {
   Tensor y1 = conv2d(x1, w, b, c.stride, c.padding);
   EXPECT_EQ(y1.sizes(), Shape({4, 6, 5}));
   EXPECT_TRUE(test::all_close(y1, conv2d(x1.unsqueeze(0), w, b, c.stride, c.padding).squeeze(0), 0, 0));
+}
+
+namespace {
+// Sets ops::set_conv_winograd for a scope and puts the previous value back.
+struct WinogradSetting {
+  bool prev = ops::conv_winograd();
+  explicit WinogradSetting(bool allow) { ops::set_conv_winograd(allow); }
+  ~WinogradSetting() { ops::set_conv_winograd(prev); }
+};
+}  // namespace
+
+// The Winograd path (Note [Winograd convolution]) runs exactly where its rule says: on an
+// eligible shape every pass's f32 result differs from im2col's in the last bits (and agrees
+// to ~1e-6 of the output's scale); on the others the setting changes nothing, bit for bit.
+// (The values of both paths are checked against the direct loops above.)
+TEST(Conv2d, WinogradRunsOnEligibleShapesOnly) {
+  struct Case {
+    ConvCase c;
+    bool eligible;
+  };
+  const std::vector<Case> cases = {
+      {{2, 16, 10, 9, 16, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, false}, true},
+      {{2, 32, 6, 6, 32, 3, 3, {1, 1}, {2, 0}, {1, 1}, 2, false}, true},
+      {{2, 8, 10, 9, 16, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, false}, false},   // 8 input channels
+      {{2, 16, 10, 9, 8, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, false}, false},   // 8 output channels
+      {{2, 32, 10, 9, 32, 3, 3, {1, 1}, {1, 1}, {1, 1}, 4, false}, false},  // 8 per group
+      {{2, 16, 10, 9, 16, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1, false}, false},  // stride 2
+      {{2, 16, 10, 9, 16, 3, 3, {1, 1}, {1, 1}, {2, 2}, 1, false}, false},  // dilation 2
+      {{2, 16, 10, 9, 16, 3, 3, {1, 1}, {3, 1}, {1, 1}, 1, false}, false},  // padding 3
+      {{2, 16, 10, 9, 16, 5, 5, {1, 1}, {1, 1}, {1, 1}, 1, false}, false},  // 5x5
+  };
+  for (const Case& k : cases) {
+    const ConvCase& c = k.c;
+    SCOPED_TRACE(label(c));
+    Tensor x = randn({c.N, c.C, c.H, c.W}), w = randn({c.O, c.C / c.groups, c.kh, c.kw});
+    Tensor dy = randn(DirectConv(c).y_shape());
+    const ops::Conv2dParams p = params(c);
+    auto passes = [&](bool winograd) {
+      WinogradSetting setting(winograd);
+      return std::vector<Tensor>{ops::conv2d(x, w, Tensor(), p), ops::conv2d_backward_input(dy, w, x.sizes(), p),
+                                 ops::conv2d_backward_weight(dy, x, w.sizes(), p)};
+    };
+    const std::vector<Tensor> on = passes(true), off = passes(false);
+    for (size_t i = 0; i < on.size(); ++i) {
+      SCOPED_TRACE(str("pass ", i));
+      if (k.eligible) {
+        EXPECT_NE(on[i].to_vector<float>(), off[i].to_vector<float>());
+        double scale = 0;
+        for (double v : off[i].to_vector<double>()) scale = std::max(scale, std::abs(v));
+        EXPECT_TRUE(test::all_close(on[i], off[i], 0, 1e-5 * scale));
+      } else {
+        EXPECT_EQ(on[i].to_vector<float>(), off[i].to_vector<float>());
+      }
+    }
+  }
 }
 
 namespace {

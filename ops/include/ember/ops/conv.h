@@ -26,6 +26,15 @@ struct Pool2dParams {
 // floor((in + 2 * padding - dilation * (kernel - 1) - 1) / stride) + 1.
 int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation);
 
+// Process-wide CPU convolution setting, like torch.backends.*: whether 3x3, stride-1,
+// undilated convolutions with >= 16 channels in and out per group (padding <= 2) may run as
+// Winograd F(2x2, 3x3) (2.25x fewer multiplications than im2col + GEMM, rounding a few ulps
+// larger: f32 ~1e-6 relative) in the forward and both gradients. Default true, or false
+// when the environment has EMBER_CONV_WINOGRAD=0. Off, every CPU convolution is im2col + GEMM. CUDA convolutions are cuDNN's choice either way. Read at
+// every call; one atomic flag shared by all threads.
+void set_conv_winograd(bool allow);
+bool conv_winograd();
+
 // x [N, C, H, W], weight [O, C / groups, kH, kW], bias [O] or undefined -> [N, O, Ho, Wo].
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);
 // Gradients of conv2d given grad [N, O, Ho, Wo]: w.r.t. the input (of shape input_sizes),
