@@ -130,7 +130,10 @@ struct Plan {
     // As few units as keep each within the tile budget (at least one row), of equal height.
     const double tile_bytes = kPositions * double(Cg + Og) * double(elem_size);  // its V and M
     const double unit_tiles = std::min<double>(kUnitTiles, kUnitBytes / tile_bytes);
-    const int64_t rows_max = std::max<int64_t>(int64_t(unit_tiles) / tiles_w, 1);
+    // ... and, when there are rows enough, 4 units per thread or more (dynamic balance).
+    const int64_t threads = omp_get_max_threads();
+    const int64_t rows_max = std::clamp<int64_t>(int64_t(unit_tiles) / tiles_w, 1,
+                                                 std::max<int64_t>((rows * p.groups) / (4 * threads), 1));
     per_group = (rows + rows_max - 1) / rows_max;
     band = (rows + per_group - 1) / per_group;
     per_group = (rows + band - 1) / band;
@@ -197,15 +200,18 @@ void store(T* p, const V& v) {
   std::memcpy(p, &v, sizeof v);
 }
 
-// tile(V{}, t) for t = 0, lanes, 2 lanes, ... with V the Bytes-wide vector of T, then with
-// V = T for the remaining tiles one at a time. A tile row (12 tiles for MNIST) takes 16-byte
-// vectors, so that the scalar rest stays short; a unit's whole run of tiles, 32-byte ones.
-template <class T, int Bytes = 32, class F>
+// tile(V{}, t) over t = 0 .. tiles: V a 32-byte vector of T while that many tiles remain,
+// then at most once a 16-byte one, then V = T one tile at a time (a 12-tile row: 8 + 4).
+template <class T, class F>
 void each_tile(int64_t tiles, F tile) {
-  using V = typename Simd<T, Bytes>::vec;
-  constexpr int64_t lanes = Simd<T, Bytes>::lanes;
+  using Wide = Simd<T, 32>;
+  using Half = Simd<T, 16>;
   int64_t t = 0;
-  for (; t + lanes <= tiles; t += lanes) tile(V{}, t);
+  for (; t + Wide::lanes <= tiles; t += Wide::lanes) tile(typename Wide::vec{}, t);
+  if (t + Half::lanes <= tiles) {
+    tile(typename Half::vec{}, t);
+    t += Half::lanes;
+  }
   for (; t < tiles; ++t) tile(T{}, t);
 }
 
@@ -252,7 +258,7 @@ void transform_input(const T* x, const Problem& p, const Plan& pl, int64_t R0, i
       for (int64_t r = 0; r < count; ++r) {
         const T* top = split + 4 * r * pairs;  // run input row 2r: the tile row's first
         T* out = V + c * tiles + (r0 + r) * tw;
-        each_tile<T, 16>(tw, [=](auto lanes, int64_t t) {
+        each_tile<T>(tw, [=](auto lanes, int64_t t) {
           using Vec = decltype(lanes);
           Vec d[16], v[kPositions];
           for (int i = 0; i < 4; ++i) {
@@ -332,19 +338,39 @@ void transform_output_grad(const T* gy, const Problem& p, const Plan& pl, int64_
   }
 }
 
-// Runs f(g, R0, tiles, scratch) for every unit, on all threads when worth it; then
-// done(thread, scratch) once on each thread that ran.
-template <class T, class F, class Done>
-void for_each_unit(const Problem& p, const Plan& pl, size_t scratch_elems, F f, Done done) {
-#pragma omp parallel if (pl.parallel(p))
+// This thread's scratch, grow-only and kept between calls: a fresh multi-megabyte buffer per
+// call cost its page faults and zeroing (~3% of the MNIST CNN's step). Contents undefined.
+template <class T>
+T* thread_scratch(size_t elems) {
+  thread_local std::vector<T> buffer;
+  if (buffer.size() < elems) buffer.resize(elems);
+  return buffer.data();
+}
+
+// Runs f(g, R0, tiles, scratch) for every unit, on all threads when worth it. Dynamic
+// schedule (a busy neighbour core slows one thread, not the call) unless `in_order`: then each
+// thread runs a fixed, contiguous share of the units (for per-thread sums added in order).
+template <class T, class F>
+void for_each_unit(const Problem& p, const Plan& pl, size_t scratch_elems, bool in_order, F f) {
+  auto unit = [&](int64_t u, T* scratch) {
+    const int64_t R0 = (u % pl.per_group) * pl.band;
+    f(u / pl.per_group, R0, (std::min(pl.rows, R0 + pl.band) - R0) * pl.tiles_w, scratch);
+  };
+  if (!pl.parallel(p)) {
+    T* scratch = thread_scratch<T>(scratch_elems);
+    for (int64_t u = 0; u < pl.units; ++u) unit(u, scratch);
+    return;
+  }
+#pragma omp parallel
   {
-    std::vector<T> scratch(scratch_elems, T(0));
+    T* scratch = thread_scratch<T>(scratch_elems);
+    if (in_order) {
 #pragma omp for schedule(static)
-    for (int64_t u = 0; u < pl.units; ++u) {
-      const int64_t R0 = (u % pl.per_group) * pl.band;
-      f(u / pl.per_group, R0, (std::min(pl.rows, R0 + pl.band) - R0) * pl.tiles_w, scratch.data());
+      for (int64_t u = 0; u < pl.units; ++u) unit(u, scratch);
+    } else {
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t u = 0; u < pl.units; ++u) unit(u, scratch);
     }
-    done(omp_get_thread_num(), scratch);
   }
 }
 
@@ -361,7 +387,7 @@ void forward(const T* x, const T* w, const T* bias, T* y, const Problem& p) {
   const std::vector<T> U = transform_weights(w, p.O, pl.Cg);
   const int64_t v_elems = kPositions * pl.Cg * pl.max_tiles();
   for_each_unit<T>(
-      p, pl, size_t(pl.work_elems() + v_elems + kPositions * pl.Og * pl.max_tiles()),
+      p, pl, size_t(pl.work_elems() + v_elems + kPositions * pl.Og * pl.max_tiles()), false,
       [&](int64_t g, int64_t R0, int64_t tiles, T* scratch) {
         T* work = scratch;
         T* V = work + pl.work_elems();
@@ -371,8 +397,7 @@ void forward(const T* x, const T* w, const T* bias, T* y, const Problem& p) {
           gemm<T>(pl.Og, tiles, pl.Cg, {U.data() + (xi * p.O + g * pl.Og) * pl.Cg, pl.Cg, 1},
                   {V + xi * pl.Cg * tiles, tiles, 1}, {M + xi * pl.Og * tiles, tiles, 1}, false);
         transform_output(M, bias ? bias + g * pl.Og : nullptr, p, pl, R0, tiles, y + g * pl.Og * pl.Ho * pl.Wo, work);
-      },
-      [](int, std::vector<T>&) {});
+      });
 }
 
 template <class T>
@@ -392,25 +417,23 @@ void backward_input(const T* gy, const T* w, T* gx, const Problem& p) {
 template <class T>
 void backward_weight(const T* gy, const T* x, T* gw, const Problem& p) {
   const Plan pl(p, sizeof(T));
-  // scratch: this thread's dU[xi][o][c] (all O filters), then the row buffer, V and dM of one unit.
+  // Each thread sums its units into its own dU[xi][o][c] (all O filters), added up below in
+  // thread order; scratch: the work buffer, V and dM of one unit.
   const int64_t du_elems = kPositions * p.O * pl.Cg, v_elems = kPositions * pl.Cg * pl.max_tiles();
   std::vector<std::vector<T>> partial(static_cast<size_t>(omp_get_max_threads()));
   for_each_unit<T>(
-      p, pl, size_t(du_elems + pl.work_elems() + v_elems + kPositions * pl.Og * pl.max_tiles()),
+      p, pl, size_t(pl.work_elems() + v_elems + kPositions * pl.Og * pl.max_tiles()), true,
       [&](int64_t g, int64_t R0, int64_t tiles, T* scratch) {
-        T* dU = scratch;
-        T* work = dU + du_elems;
+        std::vector<T>& dU = partial[size_t(omp_get_thread_num())];
+        if (dU.empty()) dU.assign(size_t(du_elems), T(0));
+        T* work = scratch;
         T* V = work + pl.work_elems();
         T* dM = V + v_elems;
         transform_input(x + g * pl.Cg * p.H * p.W, p, pl, R0, tiles, V, work);
         transform_output_grad(gy + g * pl.Og * pl.Ho * pl.Wo, p, pl, R0, tiles, dM, work);
         for (int xi = 0; xi < kPositions; ++xi)
           gemm<T>(pl.Og, pl.Cg, tiles, {dM + xi * pl.Og * tiles, tiles, 1}, {V + xi * pl.Cg * tiles, 1, tiles},
-                  {dU + (xi * p.O + g * pl.Og) * pl.Cg, pl.Cg, 1}, true);
-      },
-      [&](int thread, std::vector<T>& scratch) {
-        scratch.resize(size_t(du_elems));
-        partial[size_t(thread)] = std::move(scratch);
+                  {dU.data() + (xi * p.O + g * pl.Og) * pl.Cg, pl.Cg, 1}, true);
       });
   std::vector<T> dU(size_t(du_elems), T(0));
   for (const std::vector<T>& part : partial)
