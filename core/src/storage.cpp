@@ -1,5 +1,7 @@
 #include "ember/storage.h"
 
+#include <array>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -20,41 +22,85 @@ constexpr bool kHostCachesEnabled = false;
 constexpr bool kHostCachesEnabled = true;
 #endif
 
+// Per-thread free lists of small host blocks, 64-byte aligned, in 64-byte size classes up
+// to kMaxSmall bytes. One set serves both small tensor data (CpuAllocator) and the objects
+// of every op (detail::small_object_alloc: tensor impls, storage headers, autograd nodes):
+// without them the dispatch of a small op spends a third of its time in malloc and free.
+// A block's size class alone decides where it comes from and goes (aligned_alloc / free),
+// so one allocated with the lists may be freed without them: on another thread, under a
+// sanitizer, or during a thread's exit after its lists are gone.
+constexpr size_t kMaxSmall = 4096, kSmallStep = 64;
+// Blocks kept per class: up to 256, and up to 64 KiB of them (4 MiB per thread at most).
+constexpr size_t kSmallListBytes = 64 << 10, kSmallListMax = 256;
+
+size_t small_rounded(size_t nbytes) { return (nbytes + kSmallStep - 1) & ~(kSmallStep - 1); }
+
+// Readable at any point of a thread's exit (trivially destructible), unlike the lists.
+thread_local bool t_small_lists_gone = false;
+
+struct SmallLists {
+  std::vector<void*> lists[kMaxSmall / kSmallStep];
+  ~SmallLists() {
+    t_small_lists_gone = true;  // blocks freed later in this thread's exit bypass the lists
+    for (auto& list : lists)
+      for (void* p : list) std::free(p);
+  }
+  static std::vector<void*>* of(size_t rounded) {
+    if (!kHostCachesEnabled || t_small_lists_gone) return nullptr;
+    thread_local SmallLists lists;
+    return &lists.lists[rounded / kSmallStep - 1];
+  }
+  // The most blocks kept for a class (a table: a division per free showed in the dispatch).
+  static size_t cap(size_t rounded) {
+    static constexpr auto caps = [] {
+      std::array<uint16_t, kMaxSmall / kSmallStep> c{};
+      for (size_t i = 0; i < c.size(); ++i) c[i] = uint16_t(std::min(kSmallListMax, kSmallListBytes / ((i + 1) * kSmallStep)));
+      return c;
+    }();
+    return caps[rounded / kSmallStep - 1];
+  }
+};
+
+// A block of small_rounded(nbytes) bytes (0 < nbytes <= kMaxSmall), or nullptr when the
+// system has none.
+void* small_alloc(size_t nbytes) {
+  const size_t rounded = small_rounded(nbytes);
+  if (std::vector<void*>* list = SmallLists::of(rounded); list && !list->empty()) {
+    void* p = list->back();
+    list->pop_back();
+    return p;
+  }
+  return std::aligned_alloc(kSmallStep, rounded);
+}
+
+void small_free(void* p, size_t nbytes) noexcept {
+  const size_t rounded = small_rounded(nbytes);
+  if (std::vector<void*>* list = SmallLists::of(rounded);
+      list && list->size() < SmallLists::cap(rounded)) {
+    try {
+      list->push_back(p);
+      return;
+    } catch (...) {  // no room to remember it: free it instead
+    }
+  }
+  std::free(p);
+}
+
 // 64-byte aligned host memory: a cache line, and enough for any SIMD load Eigen issues.
-// Freed blocks are kept for reuse, in two caches:
-// - small blocks (up to kMaxSmall bytes) in per-thread free lists: without them, the
-//   dispatch of a small op spends a third of its time in aligned_alloc and free;
-// - large blocks in one shared cache of exact page-rounded sizes, up to kMaxLargeBytes in
-//   total: a training step allocates the same activation and gradient sizes every step, and
-//   without the cache each of them is a fresh mmap whose first touch page-faults (10-15% of
-//   an MNIST MLP step went to the kernel zeroing pages). release_cached_host_memory() frees it.
+// Freed blocks are kept for reuse: small ones in the per-thread lists above, large ones in
+// one shared cache of exact page-rounded sizes, up to kMaxLargeBytes in total: a training
+// step allocates the same activation and gradient sizes every step, and without the cache
+// each of them is a fresh mmap whose first touch page-faults (10-15% of an MNIST MLP step
+// went to the kernel zeroing pages). release_cached_host_memory() frees the large ones.
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
     profiler::detail::note_host_alloc(int64_t(nbytes));  // profile_memory's CPU counter
-    const size_t rounded = round(nbytes);
-    if (kCacheEnabled && rounded <= kMaxSmall) {
-      auto& bin = small_cache().bins[rounded / 64 - 1];
-      if (!bin.empty()) {
-        void* p = bin.back();
-        bin.pop_back();
-        return p;
-      }
-    } else if (kCacheEnabled) {
-      std::lock_guard<std::mutex> lock(large_mutex_);
-      auto it = large_.find(rounded);
-      if (it != large_.end() && !it->second.empty()) {
-        void* p = it->second.back();
-        it->second.pop_back();
-        large_bytes_ -= rounded;
-        return p;
-      }
-    }
-    void* p = std::aligned_alloc(64, rounded);
-    if (p == nullptr && kCacheEnabled) {  // the cache may be what holds the memory
+    void* p = nbytes <= kMaxSmall ? small_alloc(nbytes) : take_large(large_rounded(nbytes));
+    if (p == nullptr && kHostCachesEnabled) {  // the large cache may be what holds the memory
       release_large();
-      p = std::aligned_alloc(64, rounded);
+      p = nbytes <= kMaxSmall ? small_alloc(nbytes) : std::aligned_alloc(64, large_rounded(nbytes));
     }
     EMBER_CHECK(p != nullptr, OutOfMemoryError, "[allocate] cannot allocate ", uint64_t(nbytes),
                 " bytes of host memory");
@@ -63,14 +109,12 @@ class CpuAllocator final : public Allocator {
   void deallocate(void* ptr, size_t nbytes) override {
     if (ptr == nullptr) return;
     profiler::detail::note_host_alloc(-int64_t(nbytes));
-    const size_t rounded = round(nbytes);
-    if (kCacheEnabled && rounded <= kMaxSmall) {
-      auto& bin = small_cache().bins[rounded / 64 - 1];
-      if (bin.size() < kPerBin) {
-        bin.push_back(ptr);
-        return;
-      }
-    } else if (kCacheEnabled) {
+    if (nbytes <= kMaxSmall) {
+      small_free(ptr, nbytes);
+      return;
+    }
+    const size_t rounded = large_rounded(nbytes);
+    if (kHostCachesEnabled) {
       std::lock_guard<std::mutex> lock(large_mutex_);
       if (large_bytes_ + rounded <= kMaxLargeBytes) {
         large_[rounded].push_back(ptr);
@@ -89,49 +133,27 @@ class CpuAllocator final : public Allocator {
   }
 
  private:
-  // Small sizes to 64 bytes; large ones to whole pages, so nearby sizes share a bin.
-  static size_t round(size_t nbytes) {
-    return nbytes <= kMaxSmall ? (nbytes + 63) & ~size_t(63) : (nbytes + 4095) & ~size_t(4095);
-  }
-  static constexpr bool kCacheEnabled = kHostCachesEnabled;
-  static constexpr size_t kMaxSmall = 4096, kPerBin = 64;
-  static constexpr size_t kMaxLargeBytes = size_t(1) << 30;
-  struct SmallCache {
-    std::vector<void*> bins[kMaxSmall / 64];
-    ~SmallCache() {
-      for (auto& bin : bins)
-        for (void* p : bin) std::free(p);
+  // Whole pages, so nearby sizes share a bin.
+  static size_t large_rounded(size_t nbytes) { return (nbytes + 4095) & ~size_t(4095); }
+  // A cached block of exactly `rounded` bytes, else a new one (nullptr when there is none).
+  void* take_large(size_t rounded) {
+    if (kHostCachesEnabled) {
+      std::lock_guard<std::mutex> lock(large_mutex_);
+      auto it = large_.find(rounded);
+      if (it != large_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        large_bytes_ -= rounded;
+        return p;
+      }
     }
-  };
-  static SmallCache& small_cache() {
-    thread_local SmallCache c;
-    return c;
+    return std::aligned_alloc(64, rounded);
   }
+  static constexpr size_t kMaxLargeBytes = size_t(1) << 30;
   std::mutex large_mutex_;
   std::unordered_map<size_t, std::vector<void*>> large_;
   size_t large_bytes_ = 0;
 };
-
-// ---- detail::small_object_alloc ----
-constexpr size_t kSmallObjectStep = 16, kSmallObjectMax = 1024, kSmallObjectClasses = kSmallObjectMax / 16;
-constexpr size_t kSmallObjectsPerClass = 256;
-
-// Readable at any point of a thread's exit (trivially destructible), unlike the lists.
-thread_local bool t_small_lists_gone = false;
-
-struct SmallObjectLists {
-  std::vector<void*> lists[kSmallObjectClasses];
-  ~SmallObjectLists() {
-    t_small_lists_gone = true;  // objects freed later in this thread's exit bypass the lists
-    for (auto& list : lists)
-      for (void* p : list) ::operator delete(p);
-  }
-};
-
-SmallObjectLists& small_object_lists() {
-  thread_local SmallObjectLists lists;
-  return lists;
-}
 
 CpuAllocator& cpu_allocator() {
   // Never destroyed: tensors in static storage may be freed after main returns.
@@ -145,29 +167,16 @@ void release_cached_host_memory() { cpu_allocator().release_large(); }
 namespace detail {
 
 void* small_object_alloc(size_t nbytes) {
-  if (!kHostCachesEnabled || nbytes == 0 || nbytes > kSmallObjectMax || t_small_lists_gone)
-    return ::operator new(nbytes);
-  const size_t cls = (nbytes - 1) / kSmallObjectStep;
-  std::vector<void*>& list = small_object_lists().lists[cls];
-  if (list.empty()) return ::operator new((cls + 1) * kSmallObjectStep);
-  void* p = list.back();
-  list.pop_back();
+  if (nbytes == 0 || nbytes > kMaxSmall) return ::operator new(nbytes);
+  void* p = small_alloc(nbytes);
+  if (p == nullptr) throw std::bad_alloc();
   return p;
 }
 
 void small_object_free(void* p, size_t nbytes) noexcept {
   if (p == nullptr) return;
-  if (kHostCachesEnabled && nbytes != 0 && nbytes <= kSmallObjectMax && !t_small_lists_gone) {
-    std::vector<void*>& list = small_object_lists().lists[(nbytes - 1) / kSmallObjectStep];
-    if (list.size() < kSmallObjectsPerClass) {
-      try {
-        list.push_back(p);
-        return;
-      } catch (...) {  // no room to remember it: free it instead
-      }
-    }
-  }
-  ::operator delete(p);
+  if (nbytes == 0 || nbytes > kMaxSmall) ::operator delete(p);
+  else small_free(p, nbytes);
 }
 
 }  // namespace detail

@@ -1,8 +1,8 @@
 // detail::small_object_alloc / small_object_free (ember/storage.h): a freed block of a size
-// class is the next one handed out for that class on the same thread; sizes above 1 KiB are
-// not kept; blocks may be freed on another thread, including one that is exiting after its
-// lists are gone; and tensors built on them behave (the lists are bypassed under ASan, where
-// only the behaviour is checked).
+// class is the next one handed out for that class on the same thread, by the same lists that
+// hold small tensor data; sizes above 4 KiB are not kept; blocks may be freed on another
+// thread, including one that is exiting after its lists are gone; and tensors built on them
+// behave (the lists are bypassed under ASan, where only the behaviour is checked).
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -25,25 +25,45 @@ TEST(SmallObjects, FreedBlocksAreReusedPerSizeClass) {
   ASSERT_NE(a, nullptr);
   std::memset(a, 0xab, 200);  // the whole block is usable
   detail::small_object_free(a, 200);
-  void* b = detail::small_object_alloc(193);  // same 16-byte class (193..208)
-  if (kCached) EXPECT_EQ(b, a);
+  void* b = detail::small_object_alloc(193);  // same 64-byte class (193..256)
+  if (kCached) {
+    EXPECT_EQ(b, a);
+  }
   void* c = detail::small_object_alloc(200);  // the list is empty again: a fresh block
   EXPECT_NE(c, b);
   detail::small_object_free(b, 193);
   detail::small_object_free(c, 200);
-  // Above the largest class nothing is kept (a 4 KiB block is not handed out for 4 KiB later
-  // by the lists; whatever operator new returns is fine, it just must work).
-  void* big = detail::small_object_alloc(4096);
-  std::memset(big, 0, 4096);
-  detail::small_object_free(big, 4096);
+  // Above the largest class nothing is kept (an 8 KiB block comes from operator new; it just
+  // must work).
+  void* big = detail::small_object_alloc(8192);
+  std::memset(big, 0, 8192);
+  detail::small_object_free(big, 8192);
   detail::small_object_free(nullptr, 64);  // a no-op
+}
+
+// One set of lists: a block freed as a small object is the next small tensor's data of that
+// class (no object an op creates is anywhere near 4000 bytes), and back.
+TEST(SmallObjects, SmallTensorDataSharesTheLists) {
+  void* a = detail::small_object_alloc(4000);
+  detail::small_object_free(a, 4000);
+  Tensor t = empty({1000});  // 4000 bytes of f32
+  if (kCached) {
+    EXPECT_EQ(t.data_ptr(), a);
+  }
+  void* data = t.data_ptr();
+  t = Tensor();
+  void* b = detail::small_object_alloc(3990);
+  if (kCached) {
+    EXPECT_EQ(b, data);
+  }
+  detail::small_object_free(b, 3990);
 }
 
 TEST(SmallObjects, BlocksMayBeFreedOnOtherThreadsAndAfterTheirListsAreGone) {
   std::vector<void*> blocks;
   for (int i = 0; i < 1000; ++i) blocks.push_back(detail::small_object_alloc(size_t(16 + i % 900)));
-  // Freed by a worker that then exits (its lists keep at most 256 per class, the rest and
-  // then the lists themselves go back to the system).
+  // Freed by a worker that then exits (its lists keep at most 256 per class and 64 KiB, the
+  // rest and then the lists themselves go back to the system).
   std::thread([&] {
     for (size_t i = 0; i < blocks.size(); ++i) detail::small_object_free(blocks[i], size_t(16 + i % 900));
   }).join();
