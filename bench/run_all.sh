@@ -4,7 +4,7 @@
 #   bash bench/run_all.sh [--gpu] [--bin build/bin] [--out bench-results.json] [--python PY]
 #
 # Default (CPU) mode: every bench_* binary in --bin with its default arguments (the peers under
-# --python), then bench/compile_time.sh. --gpu: the GPU rows only —
+# --python; bench_mnist twice: the mlp and --model cnn), then bench/compile_time.sh. --gpu: the GPU rows only —
 #   bench_gpt --preset gpt2-small --device cuda --amp bf16 -B 16 -T 1024   (eager torch peer)
 #   the same with --compile                                                (torch.compile peer)
 #   bench_mnist --device cuda (mlp, mlp --cuda-graph, cnn), bench_matmul, bench_bandwidth,
@@ -81,7 +81,8 @@ else
   for b in "$bin"/bench_*; do
     [[ -x "$b" && -f "$b" ]] || continue
     case "$(basename "$b")" in
-      bench_gpt | bench_mnist | bench_matmul) run "$b" --python "$python" ;;
+      bench_mnist) run "$b" --python "$python"; run "$b" --model cnn --python "$python" ;;
+      bench_gpt | bench_matmul) run "$b" --python "$python" ;;
       *) run "$b" ;;
     esac
   done
