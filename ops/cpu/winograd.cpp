@@ -31,7 +31,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "kernels/linalg.h"
@@ -340,11 +342,23 @@ void transform_output_grad(const T* gy, const Problem& p, const Plan& pl, int64_
 
 // This thread's scratch, grow-only and kept between calls: a fresh multi-megabyte buffer per
 // call cost its page faults and zeroing (~3% of the MNIST CNN's step). Contents undefined.
+// 64-byte aligned on every thread, so that a unit computes alike on whichever thread the
+// dynamic schedule hands it to (docs/reliability.md: Eigen scratch aligned).
 template <class T>
 T* thread_scratch(size_t elems) {
-  thread_local std::vector<T> buffer;
-  if (buffer.size() < elems) buffer.resize(elems);
-  return buffer.data();
+  struct Buffer {
+    T* data = nullptr;
+    size_t elems = 0;
+    ~Buffer() { std::free(data); }
+  };
+  thread_local Buffer buffer;
+  if (buffer.elems < elems) {
+    std::free(buffer.data);
+    buffer.data = static_cast<T*>(std::aligned_alloc(64, (elems * sizeof(T) + 63) / 64 * 64));
+    buffer.elems = buffer.data ? elems : 0;
+    if (!buffer.data) throw std::bad_alloc();
+  }
+  return buffer.data;
 }
 
 // Runs f(g, R0, tiles, scratch) for every unit, on all threads when worth it. Dynamic
