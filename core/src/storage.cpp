@@ -54,7 +54,8 @@ struct SmallLists {
   static size_t cap(size_t rounded) {
     static constexpr auto caps = [] {
       std::array<uint16_t, kMaxSmall / kSmallStep> c{};
-      for (size_t i = 0; i < c.size(); ++i) c[i] = uint16_t(std::min(kSmallListMax, kSmallListBytes / ((i + 1) * kSmallStep)));
+      for (size_t i = 0; i < c.size(); ++i)
+        c[i] = uint16_t(std::min(kSmallListMax, kSmallListBytes / ((i + 1) * kSmallStep)));
       return c;
     }();
     return caps[rounded / kSmallStep - 1];

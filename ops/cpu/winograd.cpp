@@ -361,29 +361,35 @@ T* thread_scratch(size_t elems) {
   return buffer.data;
 }
 
-// Runs f(g, R0, tiles, scratch) for every unit, on all threads when worth it. Dynamic
-// schedule (a busy neighbour core slows one thread, not the call) unless `in_order`: then each
-// thread runs a fixed, contiguous share of the units (for per-thread sums added in order).
+// The threads for_each_unit runs units on: f's `slot` is below this.
+size_t unit_slots(const Problem& p, const Plan& pl) { return pl.parallel(p) ? size_t(omp_get_max_threads()) : 1; }
+
+// Runs f(g, R0, tiles, scratch, slot) for every unit, on all threads when worth it (slot: the
+// running thread's number in this call, < unit_slots; 0 when not parallel, even inside a
+// caller's parallel region). Dynamic schedule (a busy neighbour core slows one thread, not
+// the call) unless `in_order`: then each thread runs a fixed, contiguous share of the units
+// (for per-thread sums added in order).
 template <class T, class F>
 void for_each_unit(const Problem& p, const Plan& pl, size_t scratch_elems, bool in_order, F f) {
-  auto unit = [&](int64_t u, T* scratch) {
+  auto unit = [&](int64_t u, T* scratch, size_t slot) {
     const int64_t R0 = (u % pl.per_group) * pl.band;
-    f(u / pl.per_group, R0, (std::min(pl.rows, R0 + pl.band) - R0) * pl.tiles_w, scratch);
+    f(u / pl.per_group, R0, (std::min(pl.rows, R0 + pl.band) - R0) * pl.tiles_w, scratch, slot);
   };
-  if (!pl.parallel(p)) {
+  if (unit_slots(p, pl) == 1) {
     T* scratch = thread_scratch<T>(scratch_elems);
-    for (int64_t u = 0; u < pl.units; ++u) unit(u, scratch);
+    for (int64_t u = 0; u < pl.units; ++u) unit(u, scratch, 0);
     return;
   }
 #pragma omp parallel
   {
     T* scratch = thread_scratch<T>(scratch_elems);
+    const size_t slot = size_t(omp_get_thread_num());
     if (in_order) {
 #pragma omp for schedule(static)
-      for (int64_t u = 0; u < pl.units; ++u) unit(u, scratch);
+      for (int64_t u = 0; u < pl.units; ++u) unit(u, scratch, slot);
     } else {
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t u = 0; u < pl.units; ++u) unit(u, scratch);
+      for (int64_t u = 0; u < pl.units; ++u) unit(u, scratch, slot);
     }
   }
 }
@@ -402,7 +408,7 @@ void forward(const T* x, const T* w, const T* bias, T* y, const Problem& p) {
   const int64_t v_elems = kPositions * pl.Cg * pl.max_tiles();
   for_each_unit<T>(
       p, pl, size_t(pl.work_elems() + v_elems + kPositions * pl.Og * pl.max_tiles()), false,
-      [&](int64_t g, int64_t R0, int64_t tiles, T* scratch) {
+      [&](int64_t g, int64_t R0, int64_t tiles, T* scratch, size_t) {
         T* work = scratch;
         T* V = work + pl.work_elems();
         T* M = V + v_elems;
@@ -434,11 +440,11 @@ void backward_weight(const T* gy, const T* x, T* gw, const Problem& p) {
   // Each thread sums its units into its own dU[xi][o][c] (all O filters), added up below in
   // thread order; scratch: the work buffer, V and dM of one unit.
   const int64_t du_elems = kPositions * p.O * pl.Cg, v_elems = kPositions * pl.Cg * pl.max_tiles();
-  std::vector<std::vector<T>> partial(static_cast<size_t>(omp_get_max_threads()));
+  std::vector<std::vector<T>> partial(unit_slots(p, pl));
   for_each_unit<T>(
       p, pl, size_t(pl.work_elems() + v_elems + kPositions * pl.Og * pl.max_tiles()), true,
-      [&](int64_t g, int64_t R0, int64_t tiles, T* scratch) {
-        std::vector<T>& dU = partial[size_t(omp_get_thread_num())];
+      [&](int64_t g, int64_t R0, int64_t tiles, T* scratch, size_t slot) {
+        std::vector<T>& dU = partial[slot];
         if (dU.empty()) dU.assign(size_t(du_elems), T(0));
         T* work = scratch;
         T* V = work + pl.work_elems();

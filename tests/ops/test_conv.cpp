@@ -1,5 +1,7 @@
 // conv2d and max_pool2d (forward and the ops-level backward kernels) against direct loops
 // written here in f64: no im2col, no GEMM, every output element summed from its definition.
+#include <omp.h>
+
 #include <cmath>
 #include <limits>
 #include <string>
@@ -225,6 +227,30 @@ TEST(Conv2d, WinogradRunsOnEligibleShapesOnly) {
         EXPECT_EQ(on[i].to_vector<float>(), off[i].to_vector<float>());
       }
     }
+  }
+}
+
+// Called from threads of a caller's OpenMP team (larger than omp_get_max_threads()), the
+// Winograd passes run single-threaded on each and agree with a call from outside.
+TEST(Conv2d, WinogradInsideACallersParallelRegion) {
+  const ConvCase c{4, 16, 12, 12, 16, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, false};
+  Tensor x = randn({c.N, c.C, c.H, c.W}), w = randn({c.O, c.C, 3, 3}), dy = randn({c.N, c.O, c.H, c.W});
+  const ops::Conv2dParams p = params(c);
+  const Tensor y = ops::conv2d(x, w, Tensor(), p), gw = ops::conv2d_backward_weight(dy, x, w.sizes(), p);
+  const int team = omp_get_max_threads() + 4;
+  const size_t members = static_cast<size_t>(team);
+  std::vector<Tensor> ys(members), gws(members);
+#pragma omp parallel num_threads(team)
+  {
+    const size_t t = size_t(omp_get_thread_num());
+    ys[t] = ops::conv2d(x, w, Tensor(), p);
+    gws[t] = ops::conv2d_backward_weight(dy, x, w.sizes(), p);
+  }
+  for (int t = 0; t < team; ++t) {
+    SCOPED_TRACE(str("thread ", t));
+    ASSERT_TRUE(ys[size_t(t)].defined() && gws[size_t(t)].defined());
+    EXPECT_TRUE(test::all_close(ys[size_t(t)], y, 1e-5, 1e-5));
+    EXPECT_TRUE(test::all_close(gws[size_t(t)], gw, 1e-5, 1e-4));
   }
 }
 

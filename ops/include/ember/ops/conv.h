@@ -30,8 +30,9 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 // undilated convolutions with >= 16 channels in and out per group (padding <= 2) may run as
 // Winograd F(2x2, 3x3) (2.25x fewer multiplications than im2col + GEMM, rounding a few ulps
 // larger: f32 ~1e-6 relative) in the forward and both gradients. Default true, or false
-// when the environment has EMBER_CONV_WINOGRAD=0. Off, every CPU convolution is im2col + GEMM. CUDA convolutions are cuDNN's choice either way. Read at
-// every call; one atomic flag shared by all threads.
+// when the environment has EMBER_CONV_WINOGRAD=0. Off, every CPU convolution is im2col +
+// GEMM. CUDA convolutions are cuDNN's choice either way. Read at every call; one atomic flag
+// shared by all threads.
 void set_conv_winograd(bool allow);
 bool conv_winograd();
 
