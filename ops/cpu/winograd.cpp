@@ -21,7 +21,7 @@
 // tiles: big enough that Eigen's per-call packing and setup are small next to each GEMM, few
 // enough that V and M (16 * (C + O) * tiles values) stay within kUnitBytes. Units run in
 // parallel, one single-threaded GEMM each (Note [GEMM threading], ops/cpu/linalg.cpp).
-// Measured (bench/bench_conv.cpp, docs/performance.md): 1.2-2.5x faster than im2col per pass.
+// Measured (bench/bench_conv.cpp, docs/performance.md): 1.3-2.1x faster than im2col per pass.
 // The weight gradient sums per-thread partials in thread order (static schedule), so it is
 // the same on every run with the same thread count, like the im2col path.
 // Accuracy: G has halves and each transform stage adds up to 3 terms, so rounding errors are
@@ -177,10 +177,11 @@ std::vector<T> transform_weights(const T* w, int64_t O, int64_t Cg) {
   return U;
 }
 
-// Each transform first gathers the unit's tiles into `work` as one unit-stride array per tile
-// element (gather_columns), then transforms all of the unit's tiles with each_tile: a vector
-// of adjacent tiles at a time (the compiler does not vectorize the per-tile loop by itself,
-// and scalar transforms cost as much as the GEMMs).
+// The transforms read and write unit-stride arrays only, in `work`: the input side splits
+// each input row it reads into even and odd columns once (gather_columns), the output side
+// keeps one array per tile element. each_tile then transforms a vector of adjacent tiles at
+// a time (the compiler does not vectorize the per-tile loop by itself, and scalar transforms
+// cost as much as the GEMMs).
 
 // A vector of Bytes / sizeof(T) values of T (GCC/Clang vector extension): the arithmetic of
 // the 1-D maps applies lane by lane, so transform_2d runs on that many tiles at once.
