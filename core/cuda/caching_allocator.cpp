@@ -17,6 +17,8 @@
 
 #include "ember/cuda.h"
 #include "ember/cuda/check.h"
+#include "ember/cuda/device_guard.h"
+#include "ember/cuda/host_allocator.h"
 #include "ember/cuda/stream_handle.h"
 #include "ember/cuda_memory.h"
 #include "ember/tensor.h"
@@ -25,24 +27,7 @@ namespace ember::cuda {
 
 namespace {
 
-// Makes `device` current for the scope and puts the caller's device back.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    EMBER_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) EMBER_CUDA_CHECK(cudaSetDevice(device));
-    switched_ = previous_ != device;
-  }
-  ~DeviceGuard() {
-    if (switched_) (void)cudaSetDevice(previous_);  // cannot throw from here; it never fails
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-  bool switched_ = false;
-};
+using detail::DeviceGuard;
 
 class CudaBackend final : public CachingAllocator::Backend {
  public:
@@ -64,6 +49,7 @@ class CudaBackend final : public CachingAllocator::Backend {
       return nullptr;
     }
     EMBER_CUDA_CHECK(err);
+    detail::note_device_in_use(device_);
     return p;
   }
 
@@ -99,13 +85,7 @@ class CudaBackend final : public CachingAllocator::Backend {
   }
 
   bool event_query(CachingAllocator::EventHandle event) override {
-    const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
-    if (err == cudaErrorNotReady) {
-      (void)cudaGetLastError();  // "not yet" is not an error
-      return false;
-    }
-    EMBER_CUDA_CHECK(err);
-    return true;
+    return detail::query_completed(cudaEventQuery(static_cast<cudaEvent_t>(event)));
   }
 
   void event_synchronize(CachingAllocator::EventHandle event) override {
@@ -140,10 +120,15 @@ class UncachedAllocator final : public Allocator {
   }
   void deallocate(void* ptr, size_t) override {
     if (!ptr) return;
-    const cudaError_t err = cudaFree(ptr);
-    if (err != cudaSuccess && err != cudaErrorCudartUnloading) {
-      (void)cudaGetLastError();
-      std::fprintf(stderr, "[free] cudaFree failed: %s\n", cudaGetErrorString(err));
+    try {
+      DeviceGuard guard(device_);
+      const cudaError_t err = cudaFree(ptr);
+      if (err != cudaSuccess && err != cudaErrorCudartUnloading) {
+        (void)cudaGetLastError();
+        std::fprintf(stderr, "[free] cudaFree failed: %s\n", cudaGetErrorString(err));
+      }
+    } catch (const std::exception& e) {  // it runs from Storage's destructor
+      std::fprintf(stderr, "[free] %s\n", e.what());
     }
   }
 

@@ -8,6 +8,7 @@
 
 #include "ember/cuda.h"
 #include "ember/cuda/check.h"
+#include "ember/cuda/device_guard.h"
 
 namespace ember::cuda {
 
@@ -69,14 +70,11 @@ DeviceProperties get_device_properties(int device) {
   EMBER_CUDA_CHECK(cudaDeviceGetPCIBusId(bus_id, int(sizeof(bus_id)), device));
   p.pci_bus_id = bus_id;
 
-  // cudaMemGetInfo answers for the current device: switch to `device` and back.
-  int previous = 0;
-  EMBER_CUDA_CHECK(cudaGetDevice(&previous));
-  EMBER_CUDA_CHECK(cudaSetDevice(device));
   size_t free_bytes = 0, total_bytes = 0;
-  cudaError_t err = cudaMemGetInfo(&free_bytes, &total_bytes);
-  EMBER_CUDA_CHECK(cudaSetDevice(previous));
-  EMBER_CUDA_CHECK(err);
+  {
+    const detail::DeviceGuard guard(device);  // cudaMemGetInfo answers for the current device
+    EMBER_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  }
   p.free_memory = free_bytes;
   return p;
 }

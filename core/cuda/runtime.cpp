@@ -1,11 +1,14 @@
 // CUDA build: device queries, the device allocator (the caching allocator of
-// core/cuda/caching_allocator.cpp) and byte copies.
-#include <cstdio>
+// core/cuda/caching_allocator.cpp) and byte copies. Every device switch is a DeviceGuard,
+// which puts the caller's device back (pinned memory: core/cuda/host_allocator.cpp).
 #include <cstring>
 
 #include "ember/cuda.h"
 #include "ember/cuda/caching_allocator.h"
 #include "ember/cuda/check.h"
+#include "ember/cuda/device_guard.h"
+#include "ember/cuda/host_allocator.h"
+#include "ember/cuda/stream_handle.h"
 
 namespace ember::cuda {
 
@@ -37,12 +40,14 @@ std::string device_name(int device) {
 
 void synchronize(int device) {
   if (!is_available()) return;
-  if (device < 0) {
-    for (int d = 0; d < device_count(); ++d) synchronize(d);
-    return;
+  if (device >= 0) detail::check_device("synchronize", Device::cuda(device));
+  // Every device first, then a recorded fault (Note [deferred device checks]): raising after
+  // the first would leave the others unwaited.
+  for (int d = device < 0 ? 0 : device; d < (device < 0 ? device_count() : device + 1); ++d) {
+    const detail::DeviceGuard guard(d);
+    EMBER_CUDA_CHECK(cudaDeviceSynchronize());
   }
-  EMBER_CUDA_CHECK(cudaSetDevice(device));
-  EMBER_CUDA_CHECK(cudaDeviceSynchronize());
+  detail::raise_deferred_errors();
 }
 
 std::string runtime_version() {
@@ -56,8 +61,10 @@ void check_device(const char* op, Device device) {
   if (device.is_cpu()) return;
   EMBER_CHECK(visible_devices() > 0, DeviceError, "[", op, "] ", device,
               " requested but no CUDA device is visible");
-  EMBER_CHECK(device.index < visible_devices(), DeviceError, "[", op, "] ", device,
-              " requested but only ", visible_devices(), " CUDA device(s) are visible");
+  // Negative only when `index` was written directly (the constructor refuses it); it would
+  // index the per-device tables out of bounds.
+  EMBER_CHECK(device.index >= 0 && device.index < visible_devices(), DeviceError, "[", op, "] ",
+              device, " requested but only ", visible_devices(), " CUDA device(s) are visible");
 }
 
 Allocator* allocator(int index) {
@@ -72,7 +79,8 @@ Allocator* allocator(int index) {
 // CUDA's staging buffers, whose asynchronous completion the caller cannot observe). A copy
 // between two devices makes the destination stream wait for the source device's current
 // stream first, and the source stream wait for the copy after, so neither side reuses memory
-// too early.
+// too early. An asynchronous copy that touches a block of the pinned-memory cache records its
+// stream on the block, so that the block is not reused before the copy has completed.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
                 bool non_blocking) {
   if (nbytes == 0) return;
@@ -83,7 +91,8 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   check_device("copy", dst_device);
   check_device("copy", src_device);
   const int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
-  EMBER_CUDA_CHECK(cudaSetDevice(device));
+  const DeviceGuard guard(device);
+  note_device_in_use(device);
   const Stream stream = current_stream(device);
   const bool cross_device = dst_device.is_cuda() && src_device.is_cuda() &&
                             dst_device.index != src_device.index;
@@ -92,59 +101,11 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   if (cross_device) current_stream(src_device.index).wait_stream(stream);
   if (dst_device.is_cuda() && src_device.is_cuda()) return;  // stream order suffices
   const void* host = dst_device.is_cpu() ? dst : src;
-  if (!(non_blocking && is_pinned(host))) stream.synchronize();
+  if (non_blocking &&
+      (host_allocator().record_use(host, device, stream.handle()) || is_pinned(host)))
+    return;
+  stream.synchronize();
 }
 
-void* host_alloc(size_t nbytes) {
-  check_device("pin_memory", Device::cuda(0));
-  if (nbytes == 0) return nullptr;
-  void* p = nullptr;
-  // Portable: counted as pinned by every device's context, not only the current one.
-  cudaError_t err = cudaHostAlloc(&p, nbytes, cudaHostAllocPortable);
-  if (err == cudaErrorMemoryAllocation) {
-    (void)cudaGetLastError();
-    throw OutOfMemoryError(str("[pin_memory] cannot allocate ", uint64_t(nbytes),
-                               " bytes of page-locked host memory"));
-  }
-  EMBER_CUDA_CHECK(err);
-  return p;
-}
-
-void host_free(void* ptr) {
-  if (!ptr) return;
-  // Runs from Storage's destructor, so it reports instead of throwing. At exit the runtime
-  // may already be unloading: then there is nothing left to wait for or free.
-  auto failed = [](const char* call, cudaError_t err) {
-    if (err == cudaSuccess || err == cudaErrorCudartUnloading) return false;
-    (void)cudaGetLastError();
-    std::fprintf(stderr, "[pin_memory] %s failed: %s\n", call, cudaGetErrorString(err));
-    return true;
-  };
-  // The runtime does not promise that cudaFreeHost waits for an asynchronous copy still
-  // reading this block (to(cuda, non_blocking=true)), and it cannot know which device the
-  // copy went to: wait for every device, then restore this thread's current device.
-  // (A caching host allocator with events will remove this wait once streams exist.)
-  int current = 0;
-  if (!failed("cudaGetDevice", cudaGetDevice(&current))) {
-    for (int d = 0; d < visible_devices(); ++d) {
-      if (failed("cudaSetDevice", cudaSetDevice(d))) break;
-      if (failed("cudaDeviceSynchronize", cudaDeviceSynchronize())) break;
-    }
-    failed("cudaSetDevice", cudaSetDevice(current));
-  }
-  failed("cudaFreeHost", cudaFreeHost(ptr));
-}
-
-bool is_pinned(const void* ptr) {
-  if (!ptr || !is_available()) return false;
-  cudaPointerAttributes attr{};
-  cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
-  if (err == cudaErrorInvalidValue) {  // memory CUDA has never seen (older runtimes say so)
-    (void)cudaGetLastError();
-    return false;
-  }
-  EMBER_CUDA_CHECK(err);
-  return attr.type == cudaMemoryTypeHost;
-}
 }  // namespace detail
 }  // namespace ember::cuda

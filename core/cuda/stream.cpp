@@ -3,20 +3,33 @@
 //
 // Invariants:
 // - Every call that needs a device to be current (creating a stream or an event, recording)
-//   sets it with a DeviceScope and puts the caller's device back, so these objects never
+//   sets it with a DeviceGuard and puts the caller's device back, so these objects never
 //   change which device the calling thread works on.
 // - CUstream_st*/CUevent_st* (the public handle types) are cudaStream_t/cudaEvent_t: the
 //   static_asserts below keep the header's opaque declarations honest.
 //
-// Note [stream lifetime]: the last handle of an owned stream synchronizes it before
-// cudaStreamDestroy. cudaStreamDestroy alone returns at once and lets queued work finish, but
-// the caching allocator keys its pools by stream handle: a new stream could receive the same
-// handle value and reuse blocks that kernels of the destroyed stream still read or write.
+// Note [stream lifetime]: ember never destroys a CUDA stream it created. The caching
+// allocator keys free blocks by stream and, when a block that record_stream marked is freed,
+// records an event on each stream that used it, which may happen long after the last
+// cuda::Stream handle of that stream is gone. Recording on a destroyed stream fails (and used
+// to leave the block in no pool), or, once the driver hands the same handle value to a new
+// stream, silently records on an unrelated one; cached blocks of a destroyed stream could
+// also be handed to that new stream while the old one's kernels still use them. So, as in
+// PyTorch, Stream's constructor hands out streams from a per-device pool that lives as long
+// as the process (kPoolSize streams per kind, reused round-robin once all exist), and graph
+// captures use pooled capture streams (graph.cpp). The cost is bounded: at most kPoolSize
+// streams per (device, flags, priority), created only when asked for.
+#include <algorithm>
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "ember/cuda.h"
 #include "ember/cuda/check.h"
+#include "ember/cuda/device_guard.h"
 #include "ember/cuda/stream_handle.h"
 #include "ember/cuda_stream.h"
 
@@ -36,24 +49,7 @@ int resolve_device(const char* op, int device) {
   return device;
 }
 
-// Makes `device` current for a scope and restores the previous device.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    EMBER_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (device != previous_) EMBER_CUDA_CHECK(cudaSetDevice(device));
-    changed_ = device != previous_;
-  }
-  ~DeviceScope() {
-    if (changed_) (void)cudaSetDevice(previous_);  // a destructor must not throw
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-  bool changed_ = false;
-};
+using detail::DeviceGuard;
 
 // Destructors report CUDA failures instead of throwing; at exit the runtime may already be
 // unloading, which is not a failure.
@@ -63,43 +59,53 @@ void report(const char* what, cudaError_t err) {
   std::fprintf(stderr, "[cuda] %s failed: %s\n", what, cudaGetErrorString(err));
 }
 
-// cudaStreamQuery / cudaEventQuery: done, not done, or a real error.
-bool ready(cudaError_t err) {
-  if (err == cudaErrorNotReady) {
-    (void)cudaGetLastError();  // not an error: do not leave it for the next launch check
-    return false;
+// The per-device stream pool (Note [stream lifetime]).
+constexpr size_t kPoolSize = 32;
+
+struct StreamPool {
+  struct Kind {
+    std::vector<cudaStream_t> streams;
+    size_t next = 0;  // round-robin position once all kPoolSize exist
+  };
+  std::mutex mutex;
+  bool have_range = false;
+  int least = 0, greatest = 0;  // the device's priority range (lower numbers run first)
+  std::map<std::pair<bool, int>, Kind> kinds;  // by (non_blocking, clamped priority)
+};
+
+cudaStream_t pooled_stream(int device, bool non_blocking, int priority) {
+  static auto* pools = new std::map<int, StreamPool>();  // never destroyed (see the Note)
+  static auto* pools_mutex = new std::mutex;
+  StreamPool* pool = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(*pools_mutex);
+    pool = &(*pools)[device];  // std::map: the reference stays valid
   }
-  EMBER_CUDA_CHECK(err);
-  return true;
+  std::lock_guard<std::mutex> lock(pool->mutex);
+  const DeviceGuard guard(device);
+  if (!pool->have_range) {
+    EMBER_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&pool->least, &pool->greatest));
+    pool->have_range = true;
+  }
+  // CUDA clamps priorities to the range; so does the pool, so one kind serves them all.
+  priority = std::min(std::max(priority, pool->greatest), pool->least);
+  StreamPool::Kind& kind = pool->kinds[{non_blocking, priority}];
+  if (kind.streams.size() < kPoolSize) {
+    cudaStream_t stream = nullptr;
+    EMBER_CUDA_CHECK(cudaStreamCreateWithPriority(
+        &stream, non_blocking ? cudaStreamNonBlocking : cudaStreamDefault, priority));
+    kind.streams.push_back(stream);
+    return stream;
+  }
+  return kind.streams[kind.next++ % kPoolSize];
 }
 }  // namespace
 
 // ---- Stream ----
 
-struct Stream::Owner {
-  int device;
-  cudaStream_t stream;
-  Owner(int d, cudaStream_t s) : device(d), stream(s) {}
-  Owner(const Owner&) = delete;  // a copy's destructor would destroy the stream early
-  Owner& operator=(const Owner&) = delete;
-  ~Owner() {  // Note [stream lifetime]
-    int previous = 0;
-    report("cudaGetDevice", cudaGetDevice(&previous));
-    report("cudaSetDevice", cudaSetDevice(device));
-    report("cudaStreamSynchronize", cudaStreamSynchronize(stream));
-    report("cudaStreamDestroy", cudaStreamDestroy(stream));
-    report("cudaSetDevice", cudaSetDevice(previous));
-  }
-};
-
 Stream::Stream(const StreamOptions& options) {
   device_ = resolve_device("Stream", options.device);
-  DeviceScope scope(device_);
-  cudaStream_t stream = nullptr;
-  EMBER_CUDA_CHECK(cudaStreamCreateWithPriority(
-      &stream, options.non_blocking ? cudaStreamNonBlocking : cudaStreamDefault, options.priority));
-  handle_ = stream;
-  owner_ = std::make_shared<Owner>(device_, stream);
+  handle_ = pooled_stream(device_, options.non_blocking, options.priority);
 }
 
 Stream Stream::default_stream(int device) {
@@ -111,38 +117,39 @@ Stream Stream::from_handle(StreamHandle handle, int device) {
 }
 
 std::pair<int, int> Stream::priority_range(int device) {
-  DeviceScope scope(resolve_device("Stream::priority_range", device));
+  const DeviceGuard guard(resolve_device("Stream::priority_range", device));
   int least = 0, greatest = 0;
   EMBER_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   return {least, greatest};
 }
 
 int Stream::priority() const {
-  DeviceScope scope(device_);
+  const DeviceGuard guard(device_);
   int p = 0;
   EMBER_CUDA_CHECK(cudaStreamGetPriority(handle_, &p));
   return p;
 }
 
 bool Stream::non_blocking() const {
-  DeviceScope scope(device_);
+  const DeviceGuard guard(device_);
   unsigned flags = 0;
   EMBER_CUDA_CHECK(cudaStreamGetFlags(handle_, &flags));
   return (flags & cudaStreamNonBlocking) != 0;
 }
 
 void Stream::synchronize() const {
-  DeviceScope scope(device_);  // the legacy stream (nullptr) means the current device's
+  const DeviceGuard guard(device_);  // the legacy stream (nullptr) means the current device's
   EMBER_CUDA_CHECK(cudaStreamSynchronize(handle_));
+  detail::raise_deferred_errors();  // Note [deferred device checks]: the host waited anyway
 }
 
 bool Stream::query() const {
-  DeviceScope scope(device_);
-  return ready(cudaStreamQuery(handle_));
+  const DeviceGuard guard(device_);
+  return detail::query_completed(cudaStreamQuery(handle_));
 }
 
 void Stream::wait(const Event& event) const {
-  DeviceScope scope(device_);
+  const DeviceGuard guard(device_);
   // Cross-device waits are allowed: the stream waits for the other device's event.
   EMBER_CUDA_CHECK(cudaStreamWaitEvent(handle_, event.handle(), 0));
 }
@@ -183,7 +190,7 @@ Event::Event(const EventOptions& options) {
   unsigned flags = cudaEventDefault;
   if (!options.enable_timing) flags |= cudaEventDisableTiming;
   if (options.blocking) flags |= cudaEventBlockingSync;
-  DeviceScope scope(device_);
+  const DeviceGuard guard(device_);
   cudaEvent_t event = nullptr;
   EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&event, flags));
   handle_ = event;
@@ -217,7 +224,7 @@ void Event::record(const Stream& stream) {
   EMBER_CHECK(handle_ != nullptr, ValueError, "[Event::record] the event was moved from");
   EMBER_CHECK(stream.device() == device_, DeviceError, "[Event::record] the event is on cuda:",
               device_, " but the stream is on cuda:", stream.device());
-  DeviceScope scope(device_);
+  const DeviceGuard guard(device_);
   EMBER_CUDA_CHECK(cudaEventRecord(handle_, stream.handle()));
   recorded_ = true;
 }
@@ -227,11 +234,12 @@ void Event::record() { record(current_stream(device_)); }
 void Event::synchronize() const {
   if (!handle_) return;
   EMBER_CUDA_CHECK(cudaEventSynchronize(handle_));
+  detail::raise_deferred_errors();  // Note [deferred device checks]
 }
 
 bool Event::query() const {
   if (!handle_) return true;
-  return ready(cudaEventQuery(handle_));
+  return detail::query_completed(cudaEventQuery(handle_));
 }
 
 float Event::elapsed_time(const Event& end) const {

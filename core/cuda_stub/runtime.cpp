@@ -1,4 +1,5 @@
 // CPU-only build: CUDA is a known device type with no implementation behind it.
+#include <atomic>
 #include <cstring>
 
 #include "ember/cuda.h"
@@ -14,7 +15,17 @@ std::string device_name(int) { return "none"; }
 void synchronize(int) {}
 std::string runtime_version() { return "none"; }
 
+// No kernels, nothing deferred: the setting is kept only so that it reads back.
+namespace {
+std::atomic<bool> g_sync_checks{false};
+}
+void set_sync_checks(bool on) { g_sync_checks = on; }
+bool sync_checks() { return g_sync_checks; }
+
 namespace detail {
+void raise_deferred_errors() {}
+DeferredErrorsHeld::DeferredErrorsHeld() = default;
+DeferredErrorsHeld::~DeferredErrorsHeld() = default;
 void check_device(const char* op, Device device) {
   EMBER_CHECK(device.is_cpu(), DeviceError, "[", op, "] ", device,
               " requested but this build of ember has no CUDA support");
@@ -51,6 +62,8 @@ std::string memory_summary(int) {
 void record_stream(const Tensor&, void*) {
   detail::check_device("record_stream", Device::cuda(0));
 }
+HostMemoryStats host_memory_stats() { return {}; }
+void host_empty_cache() {}
 namespace detail {
 Allocator* uncached_allocator(int device) {
   check_device("allocate", Device::cuda(device));
@@ -90,7 +103,6 @@ DeviceProperties get_device_properties(int device) {
   no_cuda("get_device_properties");
 }
 
-struct Stream::Owner {};
 Stream::Stream(const StreamOptions&) { no_cuda("Stream"); }
 Stream Stream::default_stream(int) { no_cuda("default_stream"); }
 Stream Stream::from_handle(StreamHandle, int) { no_cuda("Stream::from_handle"); }

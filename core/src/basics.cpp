@@ -27,6 +27,20 @@ void str_append(std::string& s, const Shape& shape) {
   }
   s.push_back(']');
 }
+int64_t Shape::numel_overflowed() const {
+  for (int64_t d : *this)
+    if (d == 0) return 0;
+  throw ShapeError(str("[numel] the shape ", *this, " has more than 2^63 elements"));
+}
+
+namespace detail {
+void throw_bad_device_index(DeviceType type, int index) {
+  throw ValueError(str("[Device] index ", index, " is out of range for ",
+                       type == DeviceType::CPU ? "cpu" : "cuda", ": device indices are 0..",
+                       Device::kMaxIndex));
+}
+}  // namespace detail
+
 void str_append(std::string& s, DType t) { s.append(dtype_name(t)); }
 void str_append(std::string& s, Device d) { s.append(d.str()); }
 
@@ -84,7 +98,9 @@ Shape contiguous_strides(const Shape& sizes) {
   int64_t s = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
     strides[i] = s;
-    s *= std::max<int64_t>(sizes[i], 1);
+    // Only an empty tensor (numel() refuses the rest) can overflow here, and its strides
+    // address nothing: saturate instead of overflowing.
+    if (__builtin_mul_overflow(s, std::max<int64_t>(sizes[i], 1), &s)) s = INT64_MAX;
   }
   return strides;
 }

@@ -66,6 +66,13 @@ struct CachingAllocator::PrivatePool {
 };
 
 namespace {
+// Room for one more element before something is recorded that must not be lost to a failed
+// push_back. Geometric: reserving size() + 1 would reallocate on every call.
+template <class T>
+void reserve_one_more(std::vector<T>& v) {
+  if (v.size() == v.capacity()) v.reserve(std::max<size_t>(16, 2 * v.capacity()));
+}
+
 size_t round_size(size_t size) {
   const size_t m = CachingAllocator::kMinBlockSize;
   return size < m ? m : (size + m - 1) / m * m;
@@ -144,23 +151,20 @@ CachingAllocator::Block* CachingAllocator::find_free_block(BlockPool& pool, size
 void* CachingAllocator::allocate(size_t nbytes, StreamHandle stream) {
   if (nbytes == 0) return nullptr;
   std::lock_guard<std::mutex> lock(mutex_);
+  if (nbytes > kMaxRequest) [[unlikely]] {
+    // No device has this much, and rounding it up to a block or a segment would wrap to a
+    // small size: two live tensors would share memory.
+    stats_.num_ooms += 1;
+    throw OutOfMemoryError(str("[allocate] out of memory on ", backend_->device_name(),
+                               ": tried to allocate ", format_bytes(nbytes),
+                               ", more than any device has"));
+  }
   if (captures_.empty()) process_events();
 
   const size_t size = round_size(nbytes);
   BlockPool& pool = pool_for(size, stream);
   Block* block = find_free_block(pool, size, stream);
-  if (!block) {
-    const size_t seg = segment_size_for(size);
-    bool freed_cache = false;
-    void* ptr = malloc_with_retry(seg, freed_cache);
-    if (!ptr) throw_oom(nbytes, size, seg, freed_cache);
-    block = new Block(ptr, seg, stream, &pool);
-    stats_.reserved_bytes += int64_t(seg);
-    stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
-    stats_.segments += 1;
-    stats_.num_segment_allocs += 1;
-    if (pool.owner) private_pools_.at(pool.owner)->segments += 1;
-  }
+  if (!block) block = new_segment(pool, size, stream, nbytes);
 
   // Split off the tail when what remains is worth keeping: any 512 B in the small pool, but
   // only more than a small request in the large pool (a sliver of a large segment would
@@ -187,14 +191,30 @@ void* CachingAllocator::allocate(size_t nbytes, StreamHandle stream) {
   return block->ptr;
 }
 
-void* CachingAllocator::malloc_with_retry(size_t size, bool& freed_cache) {
-  void* ptr = backend_->malloc(size);
-  if (ptr || !captures_.empty()) return ptr;  // nothing may be freed during a capture
-  // Out of memory: give the cache back (after the pending stream uses finish) and retry once.
-  release_cached_blocks();
-  freed_cache = true;
-  stats_.num_alloc_retries += 1;
-  return backend_->malloc(size);
+CachingAllocator::Block* CachingAllocator::new_segment(BlockPool& pool, size_t size,
+                                                       StreamHandle stream, size_t requested) {
+  const size_t seg = segment_size_for(size);
+  auto block = std::make_unique<Block>(nullptr, seg, stream, &pool);
+  void* ptr = backend_->malloc(seg);
+  bool freed_cache = false;
+  if (!ptr && captures_.empty()) {  // nothing may be freed during a capture
+    // Out of memory: give the cache back and retry once. Waiting for the pending stream
+    // uses may have returned a block that fits to its pool (a block whose segment still
+    // holds live blocks, so it stays cached): look there before asking the device again.
+    release_cached_blocks();
+    freed_cache = true;
+    stats_.num_alloc_retries += 1;
+    if (Block* cached = find_free_block(pool, size, stream)) return cached;
+    ptr = backend_->malloc(seg);
+  }
+  if (!ptr) throw_oom(requested, size, seg, freed_cache);
+  block->ptr = ptr;
+  stats_.reserved_bytes += int64_t(seg);
+  stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+  stats_.segments += 1;
+  stats_.num_segment_allocs += 1;
+  if (pool.owner) private_pools_.at(pool.owner)->segments += 1;
+  return block.release();
 }
 
 void CachingAllocator::throw_oom(size_t requested, size_t rounded, size_t segment_size,
@@ -257,13 +277,37 @@ bool CachingAllocator::owns(void* ptr) const {
 }
 
 void CachingAllocator::insert_events(Block* block) {
-  std::vector<StreamHandle> uses;
-  uses.swap(block->stream_uses);
-  for (StreamHandle s : uses) {
-    EventHandle ev = get_event();
-    backend_->event_record(ev, s);
-    block->event_count += 1;
-    pending_events_.emplace_back(ev, block);
+  try {
+    while (!block->stream_uses.empty()) {
+      reserve_one_more(pending_events_);  // no throw once recorded
+      EventHandle ev = get_event();
+      try {
+        backend_->event_record(ev, block->stream_uses.back());
+      } catch (...) {
+        free_events_.push_back(ev);
+        throw;
+      }
+      pending_events_.emplace_back(ev, block);
+      block->event_count += 1;
+      block->stream_uses.pop_back();
+    }
+  } catch (...) {
+    // No event marks when that stream is done with the block (a stream destroyed behind
+    // ember's back, a failing context): a device-wide wait is the only other proof. Without
+    // it the block would be in no pool, and its segment would never be freed.
+    const std::exception_ptr failure = std::current_exception();
+    block->stream_uses.clear();
+    try {
+      backend_->synchronize();
+    } catch (...) {  // a context that cannot synchronize has nothing left to run either
+    }
+    if (block->event_count == 0) {  // else the events already recorded return it
+      try {
+        free_block(block);
+      } catch (...) {  // it is in its pool by then; only a dead pool's release failed
+      }
+    }
+    std::rethrow_exception(failure);
   }
 }
 
@@ -276,25 +320,27 @@ CachingAllocator::EventHandle CachingAllocator::get_event() {
   return backend_->event_create();
 }
 
+// Both walk pending_events_ in place and remove an entry before touching its block, so a
+// query or wait that throws leaves every entry still listed pending and none counted twice.
 void CachingAllocator::process_events() {
-  if (pending_events_.empty()) return;
-  std::vector<std::pair<EventHandle, Block*>> still_pending;
-  for (auto& [ev, block] : pending_events_) {
+  for (size_t i = 0; i < pending_events_.size();) {
+    const auto [ev, block] = pending_events_[i];
     if (!backend_->event_query(ev)) {
-      still_pending.emplace_back(ev, block);
+      ++i;
       continue;
     }
+    pending_events_[i] = pending_events_.back();
+    pending_events_.pop_back();
     free_events_.push_back(ev);
     if (--block->event_count == 0) free_block(block);
   }
-  pending_events_.swap(still_pending);
 }
 
 void CachingAllocator::synchronize_and_free_events() {
-  auto pending = std::move(pending_events_);
-  pending_events_.clear();
-  for (auto& [ev, block] : pending) {
+  while (!pending_events_.empty()) {
+    const auto [ev, block] = pending_events_.back();
     backend_->event_synchronize(ev);
+    pending_events_.pop_back();
     free_events_.push_back(ev);
     if (--block->event_count == 0) free_block(block);
   }
@@ -336,8 +382,8 @@ void CachingAllocator::free_block(Block* block) {
 
 void CachingAllocator::release_segment(Block* block) {
   BlockPool& pool = *block->pool;
+  backend_->free(block->ptr);  // first: if it throws, the segment stays cached and counted
   pool.blocks.erase(block);
-  backend_->free(block->ptr);
   stats_.reserved_bytes -= int64_t(block->size);
   stats_.segments -= 1;
   stats_.num_segment_frees += 1;
@@ -474,9 +520,19 @@ void CachingAllocator::end_allocate_to_pool(PoolId pool) {
   std::erase_if(captures_, [&](const auto& c) { return c.first == pool; });
   if (!captures_.empty()) return;
   // Blocks freed during the capture while used on other streams: now events may be recorded.
+  // Each block is handled even when another's events fail (insert_events returns it to its
+  // pool then); the first failure is reported after all.
   auto deferred = std::move(deferred_event_blocks_);
   deferred_event_blocks_.clear();
-  for (Block* b : deferred) insert_events(b);
+  std::exception_ptr failure;
+  for (Block* b : deferred) {
+    try {
+      insert_events(b);
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
 }
 
 void CachingAllocator::release_pool(PoolId pool) {

@@ -157,6 +157,7 @@ void ensure_anchor(ThreadBuffer* b, int device) {
     if (s == nullptr || s->generation != b->generation) return;
     std::lock_guard<std::mutex> slock(s->mutex);
     if (!s->anchors.count(device)) {
+      const cuda::detail::DeferredErrorsHeld held;  // a fault is the user's to see, not this catch's
       cuda::synchronize(device);
       Anchor a{cuda::Event({.device = device, .enable_timing = true}), 0};
       a.event.record();
@@ -358,6 +359,7 @@ void Profiler::start() {
   if (session_->cuda_available) {
     try {
       const int device = cuda::current_stream().device();
+      const cuda::detail::DeferredErrorsHeld held;  // a fault is the user's to see, not this catch's
       cuda::synchronize(device);
       Anchor a{cuda::Event({.device = device, .enable_timing = true}), 0};
       a.event.record();
@@ -445,6 +447,7 @@ void Profiler::stop() {
         auto a = s->anchors.find(c.device);
         if (c.ended && a != s->anchors.end()) {
           try {
+            const cuda::detail::DeferredErrorsHeld held;
             const double offset_ms = a->second.event.elapsed_time(c.start);
             const double ms = c.start.elapsed_time(c.end);
             e.cuda_start_ns = a->second.cpu_ns + int64_t(offset_ms * 1e6);

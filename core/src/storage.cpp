@@ -97,6 +97,9 @@ class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
+    // Larger requests cannot exist, and rounding them to whole pages would wrap to 0.
+    EMBER_CHECK(nbytes <= kMaxRequest, OutOfMemoryError, "[allocate] cannot allocate ",
+                uint64_t(nbytes), " bytes of host memory (more than 2^63)");
     profiler::detail::note_host_alloc(int64_t(nbytes));  // profile_memory's CPU counter
     void* p = nbytes <= kMaxSmall ? small_alloc(nbytes) : take_large(large_rounded(nbytes));
     if (p == nullptr && kHostCachesEnabled) {  // the large cache may be what holds the memory
@@ -151,6 +154,7 @@ class CpuAllocator final : public Allocator {
     return std::aligned_alloc(64, rounded);
   }
   static constexpr size_t kMaxLargeBytes = size_t(1) << 30;
+  static constexpr size_t kMaxRequest = size_t(INT64_MAX);
   std::mutex large_mutex_;
   std::unordered_map<size_t, std::vector<void*>> large_;
   size_t large_bytes_ = 0;

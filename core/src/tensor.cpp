@@ -297,9 +297,12 @@ static std::shared_ptr<TensorImpl> new_impl() {
 Tensor make_tensor(const Shape& sizes, DType dtype, Device device) {
   for (int64_t s : sizes)
     EMBER_CHECK(s >= 0, ShapeError, "[empty] negative size in shape ", sizes);
+  // A wrapped byte count would give a huge tensor a small (or no) allocation: refuse it.
+  int64_t nbytes = 0;
+  EMBER_CHECK(!__builtin_mul_overflow(sizes.numel(), int64_t(itemsize(dtype)), &nbytes), ShapeError,
+              "[empty] a tensor of shape ", sizes, " and dtype ", dtype, " would need more than 2^63 bytes");
   auto impl = new_impl();
-  impl->storage = std::allocate_shared<Storage>(SmallObjectAllocator<Storage>{},
-                                                size_t(sizes.numel()) * itemsize(dtype), device);
+  impl->storage = std::allocate_shared<Storage>(SmallObjectAllocator<Storage>{}, size_t(nbytes), device);
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
   impl->dtype = dtype;
@@ -327,6 +330,18 @@ void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
   EMBER_CHECK(a.device() == b.device(), DeviceError, "[", op,
               "] expected all tensors on the same device, got ", a.device(), " and ",
               b.device());
+}
+
+bool has_internal_overlap(const Tensor& t) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.strides()[d] == 0 && t.sizes()[d] > 1) return true;
+  return false;
+}
+
+void check_no_internal_overlap(const char* op, const Tensor& t) {
+  EMBER_CHECK(!has_internal_overlap(t), ValueError, "[", op, "] the output of shape ", t.sizes(),
+              " and strides ", t.strides(), " has several elements in one memory location (an expand()ed ",
+              "view); writing it is undefined: clone() it first");
 }
 
 }  // namespace detail

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "ember/cuda.h"
 #include "ember/error.h"
 #include "ember/io/safetensors.h"
 #include "file_util.h"
@@ -253,6 +254,9 @@ Checkpoint load_checkpoint(const std::string& path, Device device) {
 std::optional<Checkpoint> load_latest_checkpoint(const std::string& dir, Device device,
                                                  std::vector<std::string>* notes) {
   constexpr std::string_view op = "[load_latest_checkpoint]";
+  // The fallback below catches Error from a load: a fault recorded by earlier CUDA work (Note
+  // [deferred device checks]) must not be raised into it, taken for a bad checkpoint and lost.
+  const cuda::detail::DeferredErrorsHeld held;
   auto note = [&](const std::string& line) {
     if (notes)
       notes->push_back(line);

@@ -1,14 +1,16 @@
 // cuBLASLt plumbing: handles, workspaces, the heuristic cache and one matmul call. See
-// cublaslt.cuh for the invariants (process-lifetime caches, one workspace per stream, what
-// the algorithm cache is keyed on).
+// cublaslt.cuh for the invariants (process-lifetime caches, whose workspace a GEMM uses,
+// what the algorithm cache is keyed on, the fallback over algorithms).
 #include "cublaslt.cuh"
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <utility>
 
+#include "ember/cuda/graph_capture.h"
 #include "ember/cuda/stream_handle.h"
 #include "ember/tensor.h"
 
@@ -18,6 +20,8 @@ namespace {
 
 // What cuBLAS recommends for Hopper (32 MiB lets every split-K / stream-K kernel run).
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+// Heuristic choices kept per problem: the fallbacks when an algorithm fails at run time.
+constexpr int kMaxAlgos = 8;
 
 std::mutex g_mutex;  // guards the three caches below
 
@@ -33,16 +37,29 @@ std::map<std::pair<int, cudaStream_t>, Tensor>& workspaces() {
 }
 
 using AlgoKey = std::array<int64_t, 27>;
-struct CachedAlgo {
-  bool found = false;
-  cublasLtMatmulAlgo_t algo{};
+// The heuristic's algorithms for one problem, best first; [first, count) have not failed.
+struct CachedAlgos {
+  std::array<cublasLtMatmulAlgo_t, kMaxAlgos> algos{};
+  int count = 0;
+  int first = 0;
 };
-std::map<AlgoKey, CachedAlgo>& algos() {
-  static auto* m = new std::map<AlgoKey, CachedAlgo>();
+std::map<AlgoKey, CachedAlgos>& algos() {
+  static auto* m = new std::map<AlgoKey, CachedAlgos>();
   return *m;
 }
 
+// Its address names cuBLASLt's workspace among a capture's resources.
+constexpr char kCaptureWorkspace = 0;
+
 void* workspace(int device, cudaStream_t stream) {
+  // Under a graph capture (on the capture stream or a stream joined into it): the capture's
+  // own workspace (Note [capture resources]).
+  const std::shared_ptr<void> captured = ember::cuda::detail::capture_resource(
+      stream, &kCaptureWorkspace, [device]() -> std::shared_ptr<void> {
+        return std::make_shared<Tensor>(
+            ember::detail::make_tensor({int64_t(kWorkspaceBytes)}, DType::u8, Device::cuda(device)));
+      });
+  if (captured) return static_cast<Tensor*>(captured.get())->data_ptr();
   std::lock_guard<std::mutex> lock(g_mutex);
   auto& ws = workspaces();
   auto it = ws.find({device, stream});
@@ -51,6 +68,57 @@ void* workspace(int device, cudaStream_t stream) {
                     ember::detail::make_tensor({int64_t(kWorkspaceBytes)}, DType::u8, Device::cuda(device)))
              .first;
   return it->second.data_ptr();
+}
+
+bool is_capture_error(cudaError_t err) {
+  switch (err) {
+    case cudaErrorStreamCaptureUnsupported:
+    case cudaErrorStreamCaptureInvalidated:
+    case cudaErrorStreamCaptureMerge:
+    case cudaErrorStreamCaptureUnmatched:
+    case cudaErrorStreamCaptureUnjoined:
+    case cudaErrorStreamCaptureIsolation:
+    case cudaErrorStreamCaptureImplicit:
+    case cudaErrorCapturedEvent:
+    case cudaErrorStreamCaptureWrongThread:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Called after cublasLtMatmul failed with a status that may mean "this algorithm cannot run
+// this problem". It may also mean that the stream or the context cannot run anything: a
+// capture already invalidated (every launch into it fails), a sticky context error (every
+// call fails). Remembering the algorithm as failed then would make later GEMMs of this shape
+// find no algorithm for the rest of the process, so those cases throw instead. Returns true
+// when the failure is the algorithm's and may be remembered, false when it is the algorithm's
+// but the stream is capturing: a launch refused inside a capture says nothing certain about
+// eager runs, so nothing is written to the process-wide cache then.
+bool algorithm_failure_may_be_cached(cudaStream_t stream, cublasStatus_t st) {
+  // A latched error here is the failed call's own: matmul checked none was latched before.
+  const cudaError_t latched = cudaGetLastError();  // clears it unless it is sticky
+  const cudaError_t sticky = cudaPeekAtLastError();
+  if (sticky != cudaSuccess)
+    throw DeviceError(str("[matmul] cublasLtMatmul failed (", cublasGetStatusString(st),
+                          ") and the CUDA context is unusable: ", cudaGetErrorString(sticky)));
+  if (latched == cudaErrorMemoryAllocation)
+    throw OutOfMemoryError(str("[matmul] cublasLtMatmul failed: ", cudaGetErrorString(latched)));
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t query = cudaStreamIsCapturing(stream, &status);
+  if (query != cudaSuccess) (void)cudaGetLastError();
+  if (is_capture_error(latched) || is_capture_error(query) || status == cudaStreamCaptureStatusInvalidated)
+    throw DeviceError(str("[matmul] cublasLtMatmul failed (", cublasGetStatusString(st),
+                          ") because the graph capture on its stream is broken: ",
+                          cudaGetErrorString(is_capture_error(latched) ? latched
+                                             : is_capture_error(query) ? query
+                                                                       : cudaErrorStreamCaptureInvalidated),
+                          ". Something earlier in the captured region is illegal during capture "
+                          "(a synchronization, a blocking copy, work on a stream outside the capture)"));
+  if (query != cudaSuccess)
+    throw DeviceError(str("[matmul] cublasLtMatmul failed (", cublasGetStatusString(st),
+                          ") and its stream cannot be queried: ", cudaGetErrorString(query)));
+  return status == cudaStreamCaptureStatusNone;
 }
 
 // The largest power of two (<= 256) dividing the address: what the heuristic may assume.
@@ -141,7 +209,7 @@ bool matmul(int device, const Gemm& g) {
                     g.c.ld,       g.c.batch_stride, g.batch,          g.bias != nullptr, g.beta != 0,
                     alignment(g.pa), alignment(g.pb), alignment(g.pc), alignment(g.bias),
                     int64_t(kWorkspaceBytes), 0, 0};
-  CachedAlgo chosen;
+  CachedAlgos chosen;
   bool cached = false;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -165,25 +233,60 @@ bool matmul(int device, const Gemm& g) {
       const uint32_t bytes = uint32_t(alignment(p));
       EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, attr, &bytes, sizeof(bytes)));
     }
-    cublasLtMatmulHeuristicResult_t result{};
+    std::array<cublasLtMatmulHeuristicResult_t, kMaxAlgos> results{};
     int found = 0;
-    const cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(h, raw_desc, la.get(), lb.get(), lc.get(), lc.get(), raw_pref, 1, &result, &found);
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, raw_desc, la.get(), lb.get(), lc.get(), lc.get(),
+                                                             raw_pref, kMaxAlgos, results.data(), &found);
     // NOT_SUPPORTED: no heuristic for this configuration at all; the caller falls back.
     if (st != CUBLAS_STATUS_NOT_SUPPORTED) EMBER_CUBLAS_CHECK(st);
-    chosen.found = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
-    if (chosen.found) chosen.algo = result.algo;
+    if (st == CUBLAS_STATUS_SUCCESS)
+      for (int i = 0; i < found && i < kMaxAlgos; ++i)
+        if (results[size_t(i)].state == CUBLAS_STATUS_SUCCESS) chosen.algos[size_t(chosen.count++)] = results[size_t(i)].algo;
     std::lock_guard<std::mutex> lock(g_mutex);
     algos().emplace(key, chosen);
   }
-  if (!chosen.found) return false;
 
   const float alpha_f = float(g.alpha), beta_f = float(g.beta);
   const void* alpha = f64 ? static_cast<const void*>(&g.alpha) : &alpha_f;
   const void* beta = f64 ? static_cast<const void*>(&g.beta) : &beta_f;
-  EMBER_CUBLAS_CHECK(cublasLtMatmul(h, raw_desc, alpha, g.pa, la.get(), g.pb, lb.get(), beta, g.pc, lc.get(), g.pc,
-                                    lc.get(), &chosen.algo, ws, kWorkspaceBytes, stream));
-  return true;
+  // An error latched by an earlier call would make cuBLASLt report this launch as failed
+  // (it checks the launch with cudaGetLastError) and the algorithm be blamed for it: report
+  // it here, as the launch check after any kernel would.
+  if (const cudaError_t earlier = cudaPeekAtLastError(); earlier != cudaSuccess) [[unlikely]]
+    ember::cuda::detail::throw_cuda_error(earlier, "an earlier CUDA call (reported before a GEMM)", __FILE__,
+                                          __LINE__);
+  // The heuristic vouches for an algorithm without running it: one can still fail for this
+  // problem (a kernel the driver cannot launch, an operand property the heuristic does not
+  // see). Such a failure moves on to the next algorithm, and the cache forgets the failed
+  // one; when none is left the caller takes its fallback path. Out of memory and failures
+  // that are not about the algorithm (a bad handle, an uninitialized library, a broken
+  // capture, a sticky context error: algorithm_failure_may_be_cached) still throw.
+  bool may_cache = true;
+  for (int i = chosen.first; i < chosen.count; ++i) {
+    const cublasStatus_t st = cublasLtMatmul(h, raw_desc, alpha, g.pa, la.get(), g.pb, lb.get(), beta, g.pc,
+                                             lc.get(), g.pc, lc.get(), &chosen.algos[size_t(i)], ws,
+                                             kWorkspaceBytes, stream);
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      if (i != chosen.first && may_cache) {
+        std::lock_guard<std::mutex> lock(g_mutex);
+        CachedAlgos& entry = algos()[key];
+        entry.first = std::max(entry.first, i);
+      }
+      return true;
+    }
+    const bool algorithm_failed = st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE ||
+                                  st == CUBLAS_STATUS_EXECUTION_FAILED || st == CUBLAS_STATUS_ARCH_MISMATCH ||
+                                  st == CUBLAS_STATUS_INTERNAL_ERROR;
+    if (!algorithm_failed) EMBER_CUBLAS_CHECK(st);
+    // Also clears the failed launch's latched error, which the next launch check would
+    // report against a kernel that succeeded (Note [latched CUDA errors]).
+    may_cache = algorithm_failure_may_be_cached(stream, st) && may_cache;
+  }
+  if (chosen.count > 0 && may_cache) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    algos()[key].first = chosen.count;  // none works: fall back at once next time
+  }
+  return false;
 }
 
 }  // namespace ember::ops::cuda::lt

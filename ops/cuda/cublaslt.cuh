@@ -1,16 +1,26 @@
 // cuBLASLt plumbing shared by the CUDA GEMM users (ops/cuda/linalg.cu): one handle per
-// device, one workspace per (device, stream), cached heuristic algorithm choices, and the
-// status check. Callers describe a column-major problem (cuBLAS's native order); mapping
+// device, one workspace per (device, stream) or per graph capture, cached heuristic
+// algorithm choices, and the status check. Callers describe a column-major problem (cuBLAS's native order); mapping
 // ember's row-major, strided tensors onto it is the caller's job.
 //
 // Invariants:
-// - Handles, workspaces and the algorithm cache live for the whole process and are never
-//   destroyed (they are reached from static pointers that are never freed): their owners
-//   (the CUDA context, ember's caching allocator) may already be gone when static
-//   destructors run.
+// - Handles, eager workspaces and the algorithm cache live for the whole process and are
+//   never destroyed (they are reached from static pointers that are never freed): their
+//   owners (the CUDA context, ember's caching allocator) may already be gone when static
+//   destructors run. There are few of them: ember's streams come from a bounded pool.
 // - A workspace belongs to one stream: two streams never share one, because cuBLASLt
 //   kernels running concurrently would overwrite each other's scratch data. Work queued on
 //   one stream is ordered, so every thread may share that stream's workspace.
+// - Under a cuda::Graph capture a GEMM uses the capture's own workspace instead: it comes
+//   from the graph's private pool, every replay uses it, and it is freed with the graph
+//   (Note [capture resources] in ember/cuda/graph_capture.h). Cached per capture stream it
+//   would hold the graph's pool, 32 MiB and all, for the rest of the process. The capture is
+//   found by its capture id, so a GEMM on a side stream joined into the capture uses it too:
+//   that stream's eager workspace may be in use by eager work while the graph replays.
+// - What the algorithm cache remembers as failed is only what failed because of the
+//   algorithm, on a stream that is not capturing: a broken capture or a sticky context error
+//   makes every algorithm fail, and remembering that would leave the shape without an
+//   algorithm for the rest of the process (those failures throw instead).
 // - The cached algorithm for a problem is keyed on everything the heuristic sees: types,
 //   compute type, transposes, layouts (sizes, leading dims, batch), the epilogue and the
 //   pointers' alignments (an algorithm chosen for 256-byte-aligned operands may fail on an
@@ -66,8 +76,10 @@ struct Gemm {
 };
 
 // Runs `g` on this thread's current stream of `device` (which must be the current device).
-// Returns false, having launched nothing, when cuBLASLt offers no algorithm for it; throws
-// on any other cuBLAS failure.
+// Returns false, having computed nothing, when cuBLASLt offers no algorithm for it or every
+// algorithm it offers fails for it (the next one is tried after each failure); throws on
+// out of memory and on failures that are not about the algorithm (an error latched before
+// the call, an invalidated graph capture, a sticky context error, a bad handle).
 bool matmul(int device, const Gemm& g);
 
 // The cuBLASLt handle of `device` (created on first use, with `device` current).

@@ -19,7 +19,10 @@
 // - A block that record_stream says is also used on other streams is not reusable when freed:
 //   an event is recorded on each of those streams, and the block returns to its pool once
 //   all of them have completed (checked on every allocation, or waited for before freeing
-//   the cache).
+//   the cache). Those events are recorded when the block is freed, maybe long after the
+//   stream's last user handle died: ember's streams live as long as the process (Note
+//   [stream lifetime] in core/cuda/stream.cpp). Should a record fail anyway, the free waits
+//   for the whole device instead and the block still returns to its pool.
 // - Graph capture: allocations on a capturing stream are served from a private pool that only
 //   that capture uses, and that pool's segments stay reserved while the graph lives, so a
 //   replay finds its memory where the capture left it. While any capture is under way no
@@ -77,6 +80,8 @@ class CachingAllocator final : public Allocator {
   static constexpr size_t kLargeBuffer = 20 << 20;      // large segment for mid-size requests
   static constexpr size_t kMinLargeAlloc = 10 << 20;    // from here a segment fits the request
   static constexpr size_t kRoundLarge = 2 << 20;        // ... rounded to 2 MiB
+  // Larger requests fail at once with OutOfMemoryError (rounding them would wrap).
+  static constexpr size_t kMaxRequest = size_t(INT64_MAX);
 
   explicit CachingAllocator(std::unique_ptr<Backend> backend);
   // Returns every segment to the backend (live blocks included: the owner outlives them).
@@ -126,9 +131,13 @@ class CachingAllocator final : public Allocator {
 
   BlockPool& pool_for(size_t size, StreamHandle stream);
   Block* find_free_block(BlockPool& pool, size_t size, StreamHandle stream);
-  void* malloc_with_retry(size_t size, bool& freed_cache);
+  // A block spanning a new segment for a `size`-byte block; on out of memory, frees the
+  // cache and searches `pool` again before one more try. Throws OutOfMemoryError.
+  Block* new_segment(BlockPool& pool, size_t size, StreamHandle stream, size_t requested);
   void free_block(Block* block);  // into its pool, merging neighbours
   bool try_merge(Block* dst, Block* src);
+  // Records an event on each stream of the block's use set. Never strands the block: when a
+  // record fails it waits for the device, returns the block to its pool, and rethrows.
   void insert_events(Block* block);
   void process_events();
   void synchronize_and_free_events();

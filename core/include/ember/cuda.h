@@ -54,7 +54,30 @@ struct DeviceProperties {
 // Throws DeviceError when `device` is not visible (always in a CPU-only build).
 DeviceProperties get_device_properties(int device = 0);
 
+// Note [deferred device checks] (core/cuda/include/ember/cuda/device_checks.h): CUDA kernels
+// check index bounds and cross-entropy targets themselves, and the IndexError is raised at the
+// next point where the host waits for the device anyway (item(), cpu(), synchronize()), so a
+// training step never waits for a check. set_sync_checks(true), or EMBER_CUDA_SYNC_CHECKS=1 in
+// the environment, makes each checked op wait and raise at once instead (for debugging).
+void set_sync_checks(bool on);
+bool sync_checks();
+
 namespace detail {
+// Throws the first fault a CUDA kernel recorded since the last call (IndexError naming the
+// op), clearing it; a no-op when there is none, while this thread holds a
+// DeferredErrorsHeld, and in a CPU-only build. The synchronization points call it.
+void raise_deferred_errors();
+// For library code that synchronizes for its own purposes and catches Error around it (the
+// profiler's clock anchors, a checkpoint loader's fallback): while one is alive on a thread,
+// its synchronizations leave a recorded fault pending for the user's next synchronization,
+// instead of raising it into a catch that would swallow it.
+class DeferredErrorsHeld {
+ public:
+  DeferredErrorsHeld();
+  ~DeferredErrorsHeld();
+  DeferredErrorsHeld(const DeferredErrorsHeld&) = delete;
+  DeferredErrorsHeld& operator=(const DeferredErrorsHeld&) = delete;
+};
 Allocator* allocator(int device);
 // Copies nbytes between any two of host and device memory (host memory is pageable or
 // pinned). Blocking unless non_blocking and the host side is pinned.

@@ -60,6 +60,25 @@ std::string memory_summary(int device = -1);
 // With a cuda::Stream s (ember/cuda_stream.h): record_stream(t, s.handle()).
 void record_stream(const Tensor& tensor, void* stream);
 
+// Page-locked host memory (Tensor::pin_memory) comes from a cache of its own (Note [caching
+// host allocator] in ember/caching_host_allocator.h): a pinned block is reused once the
+// asynchronous copies that read or wrote it have completed, so a steady DataLoader makes no
+// cudaHostAlloc or cudaFreeHost calls after its first batches (PyTorch's
+// torch.cuda.host_memory_stats and host_empty_cache).
+struct HostMemoryStats {
+  int64_t allocated_bytes = 0;  // in live pinned blocks (sizes rounded to powers of two)
+  int64_t reserved_bytes = 0;   // obtained from cudaHostAlloc and not given back
+  int64_t active_blocks = 0;    // live pinned allocations
+  int64_t num_allocs = 0;       // pinned allocations served (cumulative)
+  int64_t num_frees = 0;
+  int64_t num_host_allocs = 0;  // cudaHostAlloc calls (cumulative)
+  int64_t num_host_frees = 0;   // cudaFreeHost calls
+};
+HostMemoryStats host_memory_stats();
+// Gives every cached pinned block that no copy still uses back to the system. Never waits
+// for the device; does nothing while a CUDA graph is being captured or without CUDA.
+void host_empty_cache();
+
 namespace detail {
 // cudaMalloc/cudaFree with no caching at all, for benchmarks and debugging. Throws
 // DeviceError without CUDA.

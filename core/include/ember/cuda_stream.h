@@ -5,9 +5,12 @@
 // - Every thread has one current stream per device, initially the device's default stream
 //   (the legacy default stream, handle nullptr). current_stream(d) reads it; StreamGuard
 //   changes it for a scope and puts the previous one back; nothing else changes it.
-// - A Stream is a cheap copyable handle. A Stream made by its constructor owns its CUDA
-//   stream (the last copy synchronizes it, then destroys it: see Note [stream lifetime] in
-//   core/cuda/stream.cpp); default_stream() and current_stream() return non-owning handles.
+// - A Stream is a cheap copyable handle that owns nothing. Its constructor hands out a stream
+//   from a per-device pool that lives as long as the process, as PyTorch does: the caching
+//   allocator may still record events on a stream after its last handle is gone (Note
+//   [stream lifetime] in core/cuda/stream.cpp). The pool holds up to 32 streams of each kind
+//   (device, non_blocking, priority); further constructions reuse them round-robin, so two
+//   Streams may share a CUDA stream, which only orders their work more than needed.
 // - An Event owns its CUDA event and is move-only (two owners could not agree on what it
 //   marks).
 // - Raw handles are CUstream_st* / CUevent_st*, the very types behind cudaStream_t and
@@ -44,12 +47,13 @@ struct StreamOptions {
 
 class Stream {
  public:
-  // Creates a new CUDA stream on options.device.
+  // A stream of options.device from the pool (created on first use, never destroyed).
   explicit Stream(const StreamOptions& options = {});
   // The legacy default stream of `device` (-1: the current device).
   static Stream default_stream(int device = -1);
-  // A non-owning handle to a stream created elsewhere (a library's or the caller's); the
-  // caller keeps it alive while the handle is used. device must be the stream's device.
+  // A handle to a stream created elsewhere (a library's or the caller's). The caller keeps
+  // it alive while the handle is used, and while any tensor it was passed to record_stream
+  // for is alive. device must be the stream's device.
   static Stream from_handle(StreamHandle handle, int device);
   // {least, greatest} priority of `device`, e.g. {0, -5}: valid priorities lie in between.
   static std::pair<int, int> priority_range(int device = -1);
@@ -75,12 +79,10 @@ class Stream {
   }
 
  private:
-  struct Owner;  // destroys an owned stream with its last handle
   Stream(int device, StreamHandle handle) : device_(device), handle_(handle) {}
 
   int device_ = 0;
   StreamHandle handle_ = nullptr;
-  std::shared_ptr<Owner> owner_;  // null for the default stream and borrowed handles
 };
 
 // This thread's current stream on `device` (-1: the current device).
@@ -90,8 +92,7 @@ Stream current_stream(int device = -1);
 void set_current_stream(const Stream& stream);
 
 // Makes a stream current on its device for this scope; the destructor restores the stream
-// that was current before on that device. It holds a copy of the stream, so an owned stream
-// lives at least as long as the guard.
+// that was current before on that device.
 class StreamGuard {
  public:
   explicit StreamGuard(const Stream& stream);

@@ -78,10 +78,15 @@ class Shape {
   void clear() { size_ = 0; }
   std::vector<int64_t> vec() const { return std::vector<int64_t>(begin(), end()); }
 
-  // Product of all entries (the number of elements when this holds sizes).
+  // Product of all entries (the number of elements when this holds sizes). A product past
+  // int64_t throws ShapeError (a wrapped count would describe a tensor larger than its
+  // memory), unless an entry is 0: then the tensor is empty whatever the others are.
   int64_t numel() const {
     int64_t n = 1;
-    for (int64_t d : *this) n *= d;
+    bool overflow = false;
+    for (int64_t d : *this) overflow |= __builtin_mul_overflow(n, d, &n);
+    if (overflow) [[unlikely]]
+      return numel_overflowed();
     return n;
   }
 
@@ -91,6 +96,7 @@ class Shape {
   friend bool operator!=(const Shape& a, const Shape& b) { return !(a == b); }
 
  private:
+  int64_t numel_overflowed() const;  // 0 when an entry is 0, else throws ShapeError
   void reserve(size_t n) {
     if (n <= capacity_) return;
     size_t cap = std::max<size_t>(n, capacity_ * 2);

@@ -342,6 +342,13 @@ Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, i
 // Throws naming `op` unless every tensor is defined and on the same device.
 void check_same_device(const char* op, const Tensor& a, const Tensor& b);
 void check_defined(const char* op, const Tensor& t, const char* what = "input");
+// True when two elements of `t` are one memory location: a dim of stride 0 and size > 1 (an
+// expand()ed view). Writing such a tensor elementwise races on CUDA and loses all but one
+// write on the CPU.
+bool has_internal_overlap(const Tensor& t);
+// Throws ValueError naming `op` when `t` (an op's output) has internal overlap, as PyTorch
+// does ("clone() it first").
+void check_no_internal_overlap(const char* op, const Tensor& t);
 }  // namespace detail
 
 }  // namespace ember

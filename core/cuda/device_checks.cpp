@@ -1,0 +1,158 @@
+// CUDA build: the host side of Note [deferred device checks] (ember/cuda/device_checks.h).
+//
+// Invariants:
+// - One DeviceFault per device, cudaMalloc'd on first use and kept for the life of the process
+//   (never from the caching allocator: a record made during a capture would come from the
+//   graph's private pool and vanish with it). One page-locked, mapped flag array for all
+//   devices, allocated with the first record.
+// - raise_deferred_errors() costs one relaxed read per device that has a record when nothing
+//   was reported; only a set flag leads to CUDA calls (a copy of the record and its reset).
+// - A fault is raised once: the record and the flag are cleared before the throw.
+#include "ember/cuda/device_checks.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "ember/cuda.h"
+#include "ember/cuda/check.h"
+#include "ember/cuda/device_guard.h"
+
+namespace ember::cuda {
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+struct Records {
+  std::mutex mu;
+  DeviceFault* record[kMaxDevices] = {};
+  unsigned int* flags = nullptr;  // kMaxDevices flags, page-locked and mapped
+  std::atomic<bool> any{false};   // some record exists: raise_deferred_errors has work
+};
+
+Records& records() {
+  static Records* r = new Records;  // leaked on purpose: kernels may outlive static destructors
+  return *r;
+}
+
+std::atomic<int>& sync_mode() {
+  // -1: not decided yet (read EMBER_CUDA_SYNC_CHECKS on first use).
+  static std::atomic<int> mode{-1};
+  return mode;
+}
+
+std::string format(const DeviceFault& f) {
+  const char* op = reinterpret_cast<const char*>(static_cast<uintptr_t>(f.op));
+  if (f.kind == int(FaultKind::target_out_of_bounds))
+    return str("[", op, "] target ", f.value, " at position ", f.a, " is out of bounds for ", f.b,
+               " classes (expected 0 <= target < ", f.b, ", or ignore_index ", f.c, ")");
+  return str("[", op, "] index ", f.value, " is out of range for dim ", f.a, " of size ", f.b);
+}
+
+}  // namespace
+
+void set_sync_checks(bool on) { sync_mode().store(on ? 1 : 0); }
+
+bool sync_checks() {
+  int m = sync_mode().load(std::memory_order_relaxed);
+  if (m < 0) {
+    const char* e = std::getenv("EMBER_CUDA_SYNC_CHECKS");
+    m = e != nullptr && *e != '\0' && std::strcmp(e, "0") != 0 ? 1 : 0;
+    int expected = -1;
+    sync_mode().compare_exchange_strong(expected, m);
+    m = sync_mode().load();
+  }
+  return m == 1;
+}
+
+namespace detail {
+
+void prepare_fault_record(int device) {
+  EMBER_CHECK(device >= 0 && device < kMaxDevices, DeviceError, "[cuda] device index ", device,
+              " is outside the supported range [0, ", kMaxDevices, ")");
+  Records& r = records();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.record[device] != nullptr) return;
+  const DeviceGuard guard(device);
+  if (r.flags == nullptr) {
+    void* p = nullptr;
+    // Portable: mapped into every device's address space, not only the current one's.
+    EMBER_CUDA_CHECK(cudaHostAlloc(&p, kMaxDevices * sizeof(unsigned int),
+                                   cudaHostAllocMapped | cudaHostAllocPortable));
+    std::memset(p, 0, kMaxDevices * sizeof(unsigned int));
+    r.flags = static_cast<unsigned int*>(p);
+  }
+  void* rec = nullptr;
+  EMBER_CUDA_CHECK(cudaMalloc(&rec, sizeof(DeviceFault)));
+  // Waited for on purpose (once per device, outside any capture): the record is zero before
+  // any kernel on any stream can see it. The legacy stream does not touch other threads'
+  // (non-blocking) capture streams.
+  EMBER_CUDA_CHECK(cudaMemsetAsync(rec, 0, sizeof(DeviceFault), nullptr));
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  r.record[device] = static_cast<DeviceFault*>(rec);
+  r.any.store(true);
+}
+
+FaultSite fault_site(int device, FaultKind kind, const char* op, long long a, long long b, long long c) {
+  prepare_fault_record(device);
+  Records& r = records();
+  FaultSite s;
+  s.record = r.record[device];
+  unsigned int* flag_host = r.flags + device;
+  void* flag_dev = nullptr;
+  EMBER_CUDA_CHECK(cudaHostGetDevicePointer(&flag_dev, flag_host, 0));
+  s.host_flag = static_cast<unsigned int*>(flag_dev);
+  s.kind = int(kind);
+  s.op = static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(op));
+  s.a = a;
+  s.b = b;
+  s.c = c;
+  return s;
+}
+
+thread_local int t_held = 0;
+
+DeferredErrorsHeld::DeferredErrorsHeld() { ++t_held; }
+DeferredErrorsHeld::~DeferredErrorsHeld() { --t_held; }
+
+void raise_deferred_errors() {
+  if (t_held > 0) return;  // library code synchronizing for itself: left for the user's next sync
+  Records& r = records();
+  if (!r.any.load(std::memory_order_acquire)) return;
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (r.flags == nullptr) return;
+    volatile unsigned int* flag = r.flags + d;
+    if (*flag == 0u) continue;
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (*flag == 0u) continue;  // another thread raised it meanwhile
+    // The flag first, then the record: a kernel that faults once the record is free again sets
+    // the flag anew (raised at a later synchronization). Clearing the flag after the reset could
+    // erase that new fault's flag while its claim stays in the record, silencing the device.
+    *flag = 0u;
+    DeviceFault f{};
+    {
+      const DeviceGuard guard(d);
+      // Synchronous copies on the legacy stream: the fault's kernel has completed (the flag is
+      // set after the record is written), and this is the error path.
+      EMBER_CUDA_CHECK(cudaMemcpy(&f, r.record[d], sizeof(f), cudaMemcpyDeviceToHost));
+      EMBER_CUDA_CHECK(cudaMemsetAsync(r.record[d], 0, sizeof(DeviceFault), nullptr));
+      EMBER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    }
+    if (f.claimed == 0) continue;  // nothing complete to report (cannot happen after a flag)
+    throw IndexError(format(f));
+  }
+}
+
+void after_checked_launch(cudaStream_t stream) {
+  if (!sync_checks()) return;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  EMBER_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return;  // nothing may wait inside a capture
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
+  raise_deferred_errors();
+}
+
+}  // namespace detail
+}  // namespace ember::cuda
