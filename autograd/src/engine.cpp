@@ -210,7 +210,10 @@ TensorList AccumulateGrad::apply(Tensor grad) {
     if (GradMode::is_enabled()) acc = grad;
     else if (exclusive) acc = grad.detach();
     else acc = ember::clone(grad).detach();
-  } else if (GradMode::is_enabled()) {
+  } else if (GradMode::is_enabled() || ember::detail::has_internal_overlap(acc)) {
+    // Out of place under create_graph, and when .grad is an expanded view (kept as the
+    // gradient it was, under create_graph): adding into it in place would lose all but one
+    // of the adds that share a location.
     acc = ember::add(acc, grad);
   } else {
     ops::binary_out(ops::BinaryOp::add, acc, grad, acc);

@@ -115,17 +115,8 @@ void cast_loop(const Tensor& dst, const Tensor& src) {
         return;
       }
     }
-    for (int64_t i = 0; i < n; ++i) {
-      From v = load<From>(p[1] + i * s[1]);
-      To out;
-      if constexpr (std::is_same_v<To, bool>) out = is_nonzero(v);
-      else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>)
-        out = To(float(v));
-      else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>)
-        out = To(float(v));
-      else out = To(v);
-      *reinterpret_cast<To*>(p[0] + i * s[0]) = out;
-    }
+    for (int64_t i = 0; i < n; ++i)
+      *reinterpret_cast<To*>(p[0] + i * s[0]) = cast_value<To, From>(load<From>(p[1] + i * s[1]));
   });
 }
 
@@ -187,6 +178,17 @@ void fill_kernel(const Tensor& t, Scalar value) {
         for (int64_t i = 0; i < n; ++i) *reinterpret_cast<S*>(p[0] + i * s[0]) = v;
       }
     });
+  });
+}
+
+void arange_kernel(const Tensor& t, const ArangeTerms& terms) {
+  visit_dtype(t.dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (!std::is_same_v<S, bool>) {
+      S* o = static_cast<S*>(t.data_ptr());
+      const int64_t n = t.numel();
+      for (int64_t i = 0; i < n; ++i) o[i] = terms.at<S>(i);
+    }
   });
 }
 

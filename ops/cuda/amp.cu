@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "ember/cuda/check.h"
+#include "ember/cuda/device_guard.h"
 #include "ember/cuda/stream_handle.h"
 #include "kernels/amp.h"
 
@@ -119,8 +120,8 @@ uint8_t dtype_tag(DType d) {
 void amp_unscale_and_check_kernel(const TensorList& grads, const Tensor& found_inf,
                                   const Tensor& inv_scale) {
   const int dev = found_inf.device().index;
-  EMBER_CUDA_CHECK(cudaSetDevice(dev));
-  cudaStream_t stream = ember::cuda::detail::current_stream_handle(dev);
+  const auto on = ember::cuda::detail::on_device(dev);
+  cudaStream_t stream = on.stream;
   float* flag = static_cast<float*>(found_inf.data_ptr());
   const float* inv = static_cast<const float*>(inv_scale.data_ptr());
   UnscaleTable t;
@@ -154,8 +155,8 @@ void amp_update_scale_kernel(const Tensor& scale, const Tensor& growth_tracker,
                              const Tensor& found_inf, double growth_factor, double backoff_factor,
                              int64_t growth_interval) {
   const int dev = scale.device().index;
-  EMBER_CUDA_CHECK(cudaSetDevice(dev));
-  cudaStream_t stream = ember::cuda::detail::current_stream_handle(dev);
+  const auto on = ember::cuda::detail::on_device(dev);
+  cudaStream_t stream = on.stream;
   amp_update_scale_single_kernel<<<1, 1, 0, stream>>>(
       static_cast<float*>(scale.data_ptr()), static_cast<int32_t*>(growth_tracker.data_ptr()),
       static_cast<const float*>(found_inf.data_ptr()), float(growth_factor), float(backoff_factor),

@@ -10,10 +10,13 @@
 // - Math: f32 computes in f32 on TF32 tensor cores when ember::cuda::allow_tf32() (the one
 //   switch for matmul and conv, read at every call) and in plain FMA f32 otherwise; f16 and
 //   bf16 compute with f32 accumulation on tensor cores; f64 in f64.
-// - Algorithms come from cuDNN's heuristics (cudnnGet*_v7), preferring the first
-//   deterministic one that is supported, so a convolution's result does not change from run
-//   to run; the choice is cached per geometry. Workspaces are ember allocations (u8 tensors
-//   on the device, through the caching allocator), so they are stream-ordered like the rest.
+// - Algorithms come from cuDNN's heuristics (cudnnGet*_v7): their ranking is cached per
+//   geometry, and a call runs the first supported one whose workspace is within
+//   ops::cudnn_workspace_limit() and can be allocated (a full card falls back to a leaner
+//   algorithm). Under set_deterministic(true) only deterministic algorithms are candidates
+//   (an error when there is none); otherwise the fastest-ranked ones are, as in PyTorch.
+//   Workspaces are ember allocations (u8 tensors on the device, through the caching
+//   allocator), so they are stream-ordered like the rest.
 // - max_pool2d backward uses no float atomics: it is deterministic and adds in the CPU's
 //   order. (The bias gradient is not here: it is a sum reduction, ops/src/conv.cpp.)
 #include <cudnn.h>
@@ -25,7 +28,9 @@
 #include <vector>
 
 #include "ember/deterministic.h"
+#include "ember/cuda/device_guard.h"
 #include "ember/cuda/stream_handle.h"
+#include "ember/ops/conv.h"
 #include "ember/ops/matmul_config.h"
 #include "kernels/conv.h"
 #include "kernels/elementwise.h"
@@ -44,9 +49,10 @@ namespace ember::ops::cuda {
 
 namespace {
 
-cudaStream_t stream_for(Device device) {
-  EMBER_CUDA_CHECK(cudaSetDevice(device.index));
-  return ember::cuda::detail::current_stream_handle(device.index);
+// Makes `device` current until the end of the caller's scope (a restoring guard) and gives
+// this thread's current stream on it.
+ember::cuda::detail::DeviceStream stream_for(Device device) {
+  return ember::cuda::detail::on_device(device.index);
 }
 
 unsigned blocks_for(int64_t n, int threads = kThreads) {
@@ -65,7 +71,8 @@ cudnnHandle_t cudnn_handle(Device device) {
     }
   };
   thread_local Handles handles;
-  cudaStream_t stream = stream_for(device);  // also makes the device current, for cudnnCreate
+  const auto on = stream_for(device);  // the device current for cudnnCreate
+  cudaStream_t stream = on.stream;
   const size_t d = size_t(device.index);
   if (handles.h.size() <= d) handles.h.resize(d + 1, nullptr);
   if (!handles.h[d]) EMBER_CUDNN_CHECK(cudnnCreate(&handles.h[d]));
@@ -112,6 +119,7 @@ int as_int(int64_t v) {
 
 // Descriptors of one convolution: x [N, C, H, W], w [O, C/g, kh, kw], y [N, O, Ho, Wo].
 struct ConvSetup {
+  ember::cuda::detail::DeviceGuard device_guard;  // first: the device stays current for every call
   TensorDesc x, y;
   FilterDesc w;
   ConvDesc conv;
@@ -121,7 +129,7 @@ struct ConvSetup {
   std::vector<int64_t> key;
 
   ConvSetup(const Shape& xs, const Shape& ws, const Shape& ys, DType t, Device device, const Conv2dParams& p)
-      : handle(cudnn_handle(device)), dtype(t) {
+      : device_guard(device.index), handle(cudnn_handle(device)), dtype(t) {
     const cudnnDataType_t dt = cudnn_dtype(t);
     EMBER_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x.d, CUDNN_TENSOR_NCHW, dt, as_int(xs[0]), as_int(xs[1]),
                                                  as_int(xs[2]), as_int(xs[3])));
@@ -162,14 +170,19 @@ struct AlgoChoice {
   size_t workspace;
 };
 
-// The first deterministic supported entry of the heuristics' ranking, else the first
-// supported one; cached per (pass, geometry, dtype, math).
+// cuDNN's heuristic ranking of the supported algorithms for (pass, geometry, dtype, math),
+// cached: under set_deterministic(true) only the deterministic ones (an error when there is
+// none); otherwise all of them in the heuristics' order, fastest first, as PyTorch does
+// (preferring deterministic ones regardless would give up the fastest algorithms for
+// nothing the user asked for).
 template <class Perf, class Query>
-AlgoChoice choose(Pass pass, const ConvSetup& s, Query query) {
+std::vector<AlgoChoice> candidates(Pass pass, const ConvSetup& s, Query query) {
   static std::mutex mu;
-  static std::map<std::vector<int64_t>, AlgoChoice> cache;
+  static std::map<std::vector<int64_t>, std::vector<AlgoChoice>> cache;
+  const bool deterministic = is_deterministic();
   std::vector<int64_t> key = s.key;
   key.push_back(int64_t(pass));
+  key.push_back(deterministic);
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = cache.find(key);
@@ -179,27 +192,55 @@ AlgoChoice choose(Pass pass, const ConvSetup& s, Query query) {
   Perf perf[kMaxAlgos];
   int returned = 0;
   EMBER_CUDNN_CHECK(query(kMaxAlgos, &returned, perf));
-  const Perf* pick = nullptr;
-  for (int i = 0; i < returned && !pick; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC) pick = &perf[i];
+  std::vector<AlgoChoice> out;
+  for (int i = 0; i < returned; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC))
+      out.push_back({int(perf[i].algo), perf[i].mathType, perf[i].memory});
   // Under set_deterministic(true) a nondeterministic fallback is an error, not a silent choice.
-  EMBER_CHECK(pick != nullptr || !is_deterministic(), DeviceError,
+  EMBER_CHECK(!out.empty() || !deterministic, DeviceError,
               "[conv2d] set_deterministic(true) but cuDNN offers no deterministic algorithm for this "
               "convolution (pass ", int(pass), ")");
-  for (int i = 0; i < returned && !pick; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS) pick = &perf[i];
-  EMBER_CHECK(pick != nullptr, DeviceError, "[conv2d] cuDNN offers no algorithm for x ", s.key[3], "x",
+  EMBER_CHECK(!out.empty(), DeviceError, "[conv2d] cuDNN offers no algorithm for x ", s.key[3], "x",
               s.key[4], "x", s.key[5], "x", s.key[6], " and weight ", s.key[7], "x", s.key[8], "x", s.key[9],
               "x", s.key[10]);
-  AlgoChoice c{int(pick->algo), pick->mathType, pick->memory};
   std::lock_guard<std::mutex> lock(mu);
-  cache.emplace(std::move(key), c);
-  return c;
+  cache.emplace(std::move(key), out);
+  return out;
 }
 
 // A device buffer of `bytes` from ember's allocator (kept alive by the returned tensor).
 Tensor workspace(size_t bytes, Device device) {
   return detail::make_tensor({int64_t(std::max<size_t>(bytes, 1))}, DType::u8, device);
+}
+
+// Runs the first candidate whose workspace (size_of(algo)) is within cudnn_workspace_limit()
+// and can be allocated: `run(algo, workspace, bytes)`. An algorithm whose workspace cannot be
+// had is passed over for the next one (the caching allocator has already released its cache
+// before saying so); only when none fits is that an OutOfMemoryError, naming what was tried.
+template <class SizeOf, class Run>
+void run_first_that_fits(const std::vector<AlgoChoice>& cands, ConvSetup& s, Device device, const char* pass,
+                         SizeOf size_of, Run run) {
+  const int64_t limit = cudnn_workspace_limit();
+  std::string tried;
+  for (const AlgoChoice& c : cands) {
+    s.set_math(c.math);
+    const size_t bytes = size_of(c.algo);
+    if (limit >= 0 && bytes > uint64_t(limit)) {
+      tried += str(" algorithm ", c.algo, " (", uint64_t(bytes), " bytes: over the limit)");
+      continue;
+    }
+    Tensor ws;
+    try {
+      ws = workspace(bytes, device);
+    } catch (const OutOfMemoryError&) {
+      tried += str(" algorithm ", c.algo, " (", uint64_t(bytes), " bytes: out of memory)");
+      continue;
+    }
+    run(c.algo, ws.data_ptr(), bytes);
+    return;
+  }
+  throw OutOfMemoryError(str("[conv2d] no cuDNN algorithm for the ", pass, " pass has a workspace that fits "
+                             "(limit ", limit, " bytes, set_cudnn_workspace_limit):", tried));
 }
 
 // ---- kernels of our own ----
@@ -297,19 +338,26 @@ __global__ void max_pool2d_gather_fwd_kernel(const U* gx, const int64_t* indices
 void conv2d_fwd_kernel(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                        const Conv2dParams& p) {
   ConvSetup s(x.sizes(), w.sizes(), y.sizes(), x.dtype(), x.device(), p);
-  const AlgoChoice c = choose<cudnnConvolutionFwdAlgoPerf_t>(Pass::forward, s, [&](int n, int* got, auto* perf) {
+  const auto cands = candidates<cudnnConvolutionFwdAlgoPerf_t>(Pass::forward, s, [&](int n, int* got, auto* perf) {
     return cudnnGetConvolutionForwardAlgorithm_v7(s.handle, s.x.d, s.w.d, s.conv.d, s.y.d, n, got, perf);
   });
-  s.set_math(c.math);
-  const auto algo = cudnnConvolutionFwdAlgo_t(c.algo);
-  size_t bytes = 0;
-  EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(s.handle, s.x.d, s.w.d, s.conv.d, s.y.d, algo, &bytes));
-  Tensor ws = workspace(bytes, x.device());
-  EMBER_CUDNN_CHECK(cudnnConvolutionForward(s.handle, s.one(), s.x.d, x.data_ptr(), s.w.d, w.data_ptr(), s.conv.d,
-                                            algo, ws.data_ptr(), bytes, s.zero(), s.y.d, y.data_ptr()));
+  run_first_that_fits(
+      cands, s, x.device(), "forward",
+      [&](int algo) {
+        size_t bytes = 0;
+        EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(s.handle, s.x.d, s.w.d, s.conv.d, s.y.d,
+                                                                  cudnnConvolutionFwdAlgo_t(algo), &bytes));
+        return bytes;
+      },
+      [&](int algo, void* ws, size_t bytes) {
+        EMBER_CUDNN_CHECK(cudnnConvolutionForward(s.handle, s.one(), s.x.d, x.data_ptr(), s.w.d, w.data_ptr(),
+                                                  s.conv.d, cudnnConvolutionFwdAlgo_t(algo), ws, bytes, s.zero(),
+                                                  s.y.d, y.data_ptr()));
+      });
   if (!bias.defined()) return;
   const int64_t total = y.numel(), O = y.sizes()[1], hw = y.sizes()[2] * y.sizes()[3];
-  cudaStream_t stream = stream_for(y.device());
+  const auto on = stream_for(y.device());
+  cudaStream_t stream = on.stream;
   visit_floating(y.dtype(), [&](auto tag) {
     using S = decltype(tag);
     conv2d_bias_fwd_kernel<S><<<blocks_for(total), kThreads, 0, stream>>>(
@@ -320,37 +368,46 @@ void conv2d_fwd_kernel(const Tensor& x, const Tensor& w, const Tensor& bias, con
 
 void conv2d_bwd_input_kernel(const Tensor& gy, const Tensor& w, const Tensor& gx, const Conv2dParams& p) {
   ConvSetup s(gx.sizes(), w.sizes(), gy.sizes(), gy.dtype(), gy.device(), p);
-  const AlgoChoice c =
-      choose<cudnnConvolutionBwdDataAlgoPerf_t>(Pass::backward_data, s, [&](int n, int* got, auto* perf) {
+  const auto cands =
+      candidates<cudnnConvolutionBwdDataAlgoPerf_t>(Pass::backward_data, s, [&](int n, int* got, auto* perf) {
         return cudnnGetConvolutionBackwardDataAlgorithm_v7(s.handle, s.w.d, s.y.d, s.conv.d, s.x.d, n, got, perf);
       });
-  s.set_math(c.math);
-  const auto algo = cudnnConvolutionBwdDataAlgo_t(c.algo);
-  size_t bytes = 0;
-  EMBER_CUDNN_CHECK(
-      cudnnGetConvolutionBackwardDataWorkspaceSize(s.handle, s.w.d, s.y.d, s.conv.d, s.x.d, algo, &bytes));
-  Tensor ws = workspace(bytes, gy.device());
-  // beta = 0: gx is overwritten, never read (it is freshly allocated).
-  EMBER_CUDNN_CHECK(cudnnConvolutionBackwardData(s.handle, s.one(), s.w.d, w.data_ptr(), s.y.d, gy.data_ptr(),
-                                                 s.conv.d, algo, ws.data_ptr(), bytes, s.zero(), s.x.d,
-                                                 gx.data_ptr()));
+  run_first_that_fits(
+      cands, s, gy.device(), "input-gradient",
+      [&](int algo) {
+        size_t bytes = 0;
+        EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
+            s.handle, s.w.d, s.y.d, s.conv.d, s.x.d, cudnnConvolutionBwdDataAlgo_t(algo), &bytes));
+        return bytes;
+      },
+      [&](int algo, void* ws, size_t bytes) {
+        // beta = 0: gx is overwritten, never read (it is freshly allocated).
+        EMBER_CUDNN_CHECK(cudnnConvolutionBackwardData(s.handle, s.one(), s.w.d, w.data_ptr(), s.y.d, gy.data_ptr(),
+                                                       s.conv.d, cudnnConvolutionBwdDataAlgo_t(algo), ws, bytes,
+                                                       s.zero(), s.x.d, gx.data_ptr()));
+      });
 }
 
 void conv2d_bwd_weight_kernel(const Tensor& gy, const Tensor& x, const Tensor& gw, const Conv2dParams& p) {
   ConvSetup s(x.sizes(), gw.sizes(), gy.sizes(), gy.dtype(), gy.device(), p);
-  const AlgoChoice c =
-      choose<cudnnConvolutionBwdFilterAlgoPerf_t>(Pass::backward_filter, s, [&](int n, int* got, auto* perf) {
+  const auto cands =
+      candidates<cudnnConvolutionBwdFilterAlgoPerf_t>(Pass::backward_filter, s, [&](int n, int* got, auto* perf) {
         return cudnnGetConvolutionBackwardFilterAlgorithm_v7(s.handle, s.x.d, s.y.d, s.conv.d, s.w.d, n, got, perf);
       });
-  s.set_math(c.math);
-  const auto algo = cudnnConvolutionBwdFilterAlgo_t(c.algo);
-  size_t bytes = 0;
-  EMBER_CUDNN_CHECK(
-      cudnnGetConvolutionBackwardFilterWorkspaceSize(s.handle, s.x.d, s.y.d, s.conv.d, s.w.d, algo, &bytes));
-  Tensor ws = workspace(bytes, gy.device());
-  EMBER_CUDNN_CHECK(cudnnConvolutionBackwardFilter(s.handle, s.one(), s.x.d, x.data_ptr(), s.y.d, gy.data_ptr(),
-                                                   s.conv.d, algo, ws.data_ptr(), bytes, s.zero(), s.w.d,
-                                                   gw.data_ptr()));
+  run_first_that_fits(
+      cands, s, gy.device(), "weight-gradient",
+      [&](int algo) {
+        size_t bytes = 0;
+        EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            s.handle, s.x.d, s.y.d, s.conv.d, s.w.d, cudnnConvolutionBwdFilterAlgo_t(algo), &bytes));
+        return bytes;
+      },
+      [&](int algo, void* ws, size_t bytes) {
+        EMBER_CUDNN_CHECK(cudnnConvolutionBackwardFilter(s.handle, s.one(), s.x.d, x.data_ptr(), s.y.d,
+                                                         gy.data_ptr(), s.conv.d,
+                                                         cudnnConvolutionBwdFilterAlgo_t(algo), ws, bytes, s.zero(),
+                                                         s.w.d, gw.data_ptr()));
+      });
 }
 
 void max_pool2d_fwd_kernel(const Tensor& x, const Tensor& y, const Tensor& indices, const Pool2dParams& p) {
@@ -358,7 +415,8 @@ void max_pool2d_fwd_kernel(const Tensor& x, const Tensor& y, const Tensor& indic
                    p.stride[0],  p.stride[1],  p.padding[0], p.padding[1]};
   const int64_t total = y.numel();
   if (total == 0) return;
-  cudaStream_t stream = stream_for(x.device());
+  const auto on = stream_for(x.device());
+  cudaStream_t stream = on.stream;
   visit_floating(x.dtype(), [&](auto tag) {
     using S = decltype(tag);
     max_pool2d_fwd_kernel_<S><<<blocks_for(total), kThreads, 0, stream>>>(
@@ -371,7 +429,8 @@ void max_pool2d_fwd_kernel(const Tensor& x, const Tensor& y, const Tensor& indic
 void max_pool2d_bwd_kernel(const Tensor& gy, const Tensor& indices, const Tensor& gx) {
   const int64_t planes = gx.sizes()[0] * gx.sizes()[1], hw_in = gx.sizes()[2] * gx.sizes()[3];
   const int64_t hw_out = gy.sizes()[2] * gy.sizes()[3];
-  cudaStream_t stream = stream_for(gx.device());
+  const auto on = stream_for(gx.device());
+  cudaStream_t stream = on.stream;
   const unsigned blocks = blocks_for(planes * 32);
   visit_floating(gy.dtype(), [&](auto tag) {
     using S = decltype(tag);
@@ -392,7 +451,8 @@ void max_pool2d_gather_kernel(const Tensor& gx, const Tensor& indices, const Ten
   const int64_t hw_in = gx.sizes()[2] * gx.sizes()[3], hw_out = gy.sizes()[2] * gy.sizes()[3];
   const int64_t total = gy.numel();
   if (total == 0) return;
-  cudaStream_t stream = stream_for(gx.device());
+  const auto on = stream_for(gx.device());
+  cudaStream_t stream = on.stream;
   auto launch = [&](auto utag) {
     using U = decltype(utag);
     max_pool2d_gather_fwd_kernel<U><<<blocks_for(total), kThreads, 0, stream>>>(

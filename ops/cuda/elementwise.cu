@@ -9,17 +9,6 @@ namespace ember::ops::cuda {
 
 namespace {
 
-template <class To, class From>
-__device__ __forceinline__ To cast_value(From v) {
-  if constexpr (std::is_same_v<To, bool>) {
-    if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) return float(v) != 0.0f;
-    else return v != From(0);
-  }
-  else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) return To(float(v));
-  else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) return To(float(v));
-  else return To(v);
-}
-
 template <class S, class F>
 struct UnaryOp_ {
   F f;
@@ -62,7 +51,7 @@ struct WhereOp {
 template <class To, class From>
 struct CastOp {
   __device__ void operator()(char** p) const {
-    *reinterpret_cast<To*>(p[0]) = cast_value<To>(*reinterpret_cast<const From*>(p[1]));
+    *reinterpret_cast<To*>(p[0]) = ops::cast_value<To, From>(*reinterpret_cast<const From*>(p[1]));
   }
 };
 
@@ -159,6 +148,27 @@ void fill_kernel(const Tensor& t, Scalar value) {
     else v = S(float(value.to_double()));
     launch_elementwise<1>({&t}, FillOp<S>{v});
   });
+}
+
+template <class S>
+__global__ void arange_fwd_kernel(S* out, int64_t n, ArangeTerms terms) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = terms.at<S>(i);
+}
+
+// Made on the device (no host values, no copy): GPT's positions are an arange inside every
+// forward, which a host-built tensor would turn into a synchronizing copy (and a capture error).
+void arange_kernel(const Tensor& t, const ArangeTerms& terms) {
+  const int64_t n = t.numel();
+  if (n == 0) return;
+  const auto on = ember::cuda::detail::on_device(t.device().index);
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t(1) << 16);
+  visit_dtype(t.dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (!std::is_same_v<S, bool>)
+      arange_fwd_kernel<S><<<unsigned(blocks), 256, 0, on.stream>>>(static_cast<S*>(t.data_ptr()), n, terms);
+  });
+  EMBER_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace ember::ops::cuda

@@ -5,25 +5,26 @@
 // - Every launch goes to the thread's current stream of the tensors' device
 //   (ember::cuda::detail::current_stream_handle) and is followed by a last-error check.
 // - No floating-point atomics anywhere: accumulating kernels are deterministic.
-//   index_add (and so embedding's backward) stable-sorts (index, j) pairs with CUB's radix
-//   sort and lets one thread own each (destination row, column), adding its sources in j
-//   order into a compute-type accumulator that starts from the old value and is rounded once.
-//   For f32/f64 that is exactly the CPU's order, so the results are bit-identical with it.
-//   scatter_add gives each line (every coordinate fixed but dim) to one thread, which adds
-//   in j order exactly as the CPU does (rounding after each add, as the CPU).
-// - Index values are validated on the device: a kernel that meets an out-of-range value
-//   skips it (never reads or writes out of bounds) and records it in a small device buffer;
-//   the host reads that buffer back (one stream synchronization per op) and throws the CPU's
-//   IndexError. While the stream is being captured into a CUDA graph a synchronization is
-//   not allowed, so the check is skipped there: bad indices are then ignored, not reported.
+//   index_add (and so embedding's backward) and scatter_add follow Note [ordered index sums]
+//   below: sources sorted by destination (a stable radix sort keeps them in source order), each
+//   destination summed in that order, long runs in fixed chunks; for runs of at most kChunk
+//   sources that is exactly the CPU's order, so f32/f64 results are bit-identical with it.
+// - Index values are checked on the device (Note [deferred device checks],
+//   core/cuda/include/ember/cuda/device_checks.h): a kernel that meets an out-of-range value
+//   skips it (never reads or writes out of bounds) and records it; the IndexError, with the
+//   CPU's message, is raised at the next host synchronization (or at once under
+//   cuda::set_sync_checks(true)). No op here waits for the device.
 // - The dropout mask follows Note [dropout Philox layout] (ops/cpu/index.cpp): thread c
 //   draws counter offset + c and writes elements 4c .. 4c + 3 with the CPU's comparison, so
 //   CPU and CUDA masks are bit-identical for the same generator state.
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 
 #include <algorithm>
 #include <vector>
 
+#include "ember/cuda/device_checks.h"
+#include "ember/cuda/device_guard.h"
 #include "ember/cuda/stream_handle.h"
 #include "kernels/elementwise.h"
 #include "kernels/index.h"
@@ -35,9 +36,10 @@ namespace {
 
 // ---- launch helpers ----
 
-cudaStream_t stream_for(Device device) {
-  EMBER_CUDA_CHECK(cudaSetDevice(device.index));
-  return ember::cuda::detail::current_stream_handle(device.index);
+// Makes `device` current until the end of the caller's scope (a restoring guard) and gives
+// this thread's current stream on it.
+ember::cuda::detail::DeviceStream stream_for(Device device) {
+  return ember::cuda::detail::on_device(device.index);
 }
 
 unsigned blocks_for(int64_t n, int threads = kThreads) {
@@ -70,38 +72,19 @@ void visit_bits(size_t bytes, F&& f) {
 
 // ---- index validation ----
 
-struct IndexFault {
-  unsigned long long hit;  // 0 until some thread meets a bad index
-  long long value;         // the bad value of the thread that set hit
-};
-
-__device__ __forceinline__ void report_bad_index(IndexFault* f, int64_t v) {
-  if (atomicCAS(&f->hit, 0ull, 1ull) == 0ull) f->value = v;
-}
-
-// The device side of the CPU's IndexCheck: a zeroed IndexFault on the stream, read back by
-// throw_if_failed after the kernels that may report into it.
-class DeviceIndexCheck {
+// The device side of the CPU's IndexCheck: kernels report a bad index into site(); done()
+// after the launches raises at once only in synchronous-check mode.
+class IndexCheck {
  public:
-  DeviceIndexCheck(Device device, cudaStream_t stream)
-      : buf_(detail::make_tensor({2}, DType::i64, device)), stream_(stream) {
-    EMBER_CUDA_CHECK(cudaMemsetAsync(buf_.data_ptr(), 0, sizeof(IndexFault), stream_));
-  }
-  IndexFault* get() const { return static_cast<IndexFault*>(buf_.data_ptr()); }
-  void throw_if_failed(const char* op, int64_t dim, int64_t size) const {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    EMBER_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
-    if (capture != cudaStreamCaptureStatusNone) return;  // see the file-top invariants
-    IndexFault host{};
-    EMBER_CUDA_CHECK(cudaMemcpyAsync(&host, get(), sizeof(host), cudaMemcpyDeviceToHost, stream_));
-    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (host.hit)
-      throw IndexError(str("[", op, "] index ", int64_t(host.value), " is out of range for dim ",
-                           dim, " of size ", size));
-  }
+  IndexCheck(Device device, cudaStream_t stream, const char* op, int64_t dim, int64_t size)
+      : site_(ember::cuda::detail::fault_site(device.index, ember::cuda::FaultKind::index_out_of_range, op, dim,
+                                              size)),
+        stream_(stream) {}
+  const ember::cuda::FaultSite& site() const { return site_; }
+  void done() const { ember::cuda::detail::after_checked_launch(stream_); }
 
  private:
-  Tensor buf_;
+  ember::cuda::FaultSite site_;
   cudaStream_t stream_;
 };
 
@@ -200,55 +183,253 @@ int copy_unit(std::initializer_list<uint64_t> values) {
 
 template <class U>
 __global__ void index_select_fwd_kernel(const U* x, const void* index, bool i32, U* out, int64_t n,
-                                        int64_t size, int64_t units, int64_t total, IndexFault* fault) {
+                                        int64_t size, int64_t units, int64_t total, const ember::cuda::FaultSite fault) {
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
        t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t u = t % units, k = t / units, o = k / n, j = k % n;
     const int64_t v = i32 ? int64_t(static_cast<const int32_t*>(index)[j]) : static_cast<const int64_t*>(index)[j];
     if (v < 0 || v >= size) {
-      if (u == 0) report_bad_index(fault, v);
+      if (u == 0) fault.report(v);
       continue;
     }
     out[t] = x[(o * size + v) * units + u];
   }
 }
 
+// ---- ordered sums into destinations: index_add, scatter_add ----
+//
+// Note [ordered index sums]: index_add (so embedding's backward) and scatter_add add many
+// sources into fewer destinations. Without atomics, and in a fixed order:
+// 1. each source gets a key, its destination (`sentinel` for a bad index, which is reported
+//    and then skipped), and its position; a stable radix sort by key keeps the positions of a
+//    destination in ascending order, the CPU's order;
+// 2. runs of equal keys are delimited (head flags, an inclusive scan numbering the runs, the
+//    runs' starts);
+// 3. a run of at most kChunk sources is summed by one thread per column, starting from the
+//    destination's old value, exactly in the CPU's order (bit-identical for f32/f64; scatter_add
+//    also rounds after every add in 16-bit dtypes, as the CPU);
+// 4. a longer run (a padding token in a language-model batch, a 1-d scatter into few bins) is
+//    cut into chunks of kChunk sources, each summed by its own thread into a compute-type
+//    partial, and the partials are added to the old value in order. That order is fixed, so
+//    the result is identical from run to run, but it rounds differently from the CPU's
+//    one-by-one sum. The work per thread is at most kChunk adds plus one add per chunk of its
+//    run, instead of the whole run.
+// Everything is stream-ordered: no host synchronization, legal under graph capture. Scratch:
+// about 48 bytes per source (keys, positions, run bookkeeping), freed after the op.
+constexpr int64_t kChunk = 256;
+
 // Validates index values and writes the sort's input pairs (key: the value, as unsigned so
-// CUB sorts plain bits; value: the position j). Bad values are reported and keyed 0.
+// CUB sorts plain bits; value: the position j). A bad value is reported and keyed `size`, one
+// past the last destination: it sorts last and is skipped.
 template <class I>
 __global__ void index_keys_kernel(const I* index, int64_t n, int64_t size, unsigned long long* keys,
-                                  int64_t* pos, IndexFault* fault) {
+                                  int64_t* pos, const ember::cuda::FaultSite fault) {
   for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < n;
        j += int64_t(gridDim.x) * blockDim.x) {
     const int64_t v = int64_t(index[j]);
     const bool bad = v < 0 || v >= size;
-    if (bad) report_bad_index(fault, v);
+    if (bad) fault.report(v);
     if (keys) {
-      keys[j] = bad ? 0ull : (unsigned long long)v;
+      keys[j] = bad ? (unsigned long long)size : (unsigned long long)v;
       pos[j] = j;
     }
   }
 }
 
-// ---- index_add ----
-
-// Thread t = ((o * n) + k) * inner + c; only the first k of each run of equal sorted keys
-// works: it owns out[o, key, c] and adds src[o, pos[k'], c] for the run k' in ascending j.
-template <class S>
-__global__ void index_add_fwd_kernel(S* out, const S* src, const unsigned long long* keys, const int64_t* pos,
-                                     int64_t n, int64_t size, int64_t inner, int64_t total) {
-  using C = compute_t<S>;
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
-       t += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = t % inner, k = (t / inner) % n, o = t / (inner * n);
-    const unsigned long long v = keys[k];
-    if (k > 0 && keys[k - 1] == v) continue;
-    S* dst = out + (o * size + int64_t(v)) * inner + c;
-    const S* s = src + o * n * inner + c;
-    C acc = C(*dst);
-    for (int64_t kk = k; kk < n && keys[kk] == v; ++kk) acc = C(acc + C(s[pos[kk] * inner]));
-    *dst = S(acc);
+// scatter_add's pairs: source t = line * len + j gets key line * size + index[line, j] (or
+// the sentinel lines * size) and position t.
+template <class I>
+__global__ void scatter_keys_kernel(const I* index, Strides<3> s, int64_t len, int64_t is_dim, int64_t size,
+                                    int64_t n, unsigned long long* keys, int64_t* pos,
+                                    const ember::cuda::FaultSite fault) {
+  const unsigned long long sentinel = (unsigned long long)(n / len) * (unsigned long long)size;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < n; t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t line = t / len, j = t % len;
+    int64_t off[3];
+    offsets_of<3>(s, line, off);
+    const int64_t v = int64_t(index[off[1] + j * is_dim]);
+    const bool bad = v < 0 || v >= size;
+    if (bad) fault.report(v);
+    keys[t] = bad ? sentinel : (unsigned long long)line * (unsigned long long)size + (unsigned long long)v;
+    pos[t] = t;
   }
+}
+
+// Where index_add's source (position, column) comes from and its destination goes; a column is
+// (o, c) of outer x inner.
+template <class S>
+struct IndexAddAccess {
+  S* out;
+  const S* src;
+  int64_t n, size, inner;
+  __device__ __forceinline__ S* dest(unsigned long long key, int64_t col) const {
+    return out + ((col / inner) * size + int64_t(key)) * inner + col % inner;
+  }
+  __device__ __forceinline__ S source(int64_t pos, int64_t col) const {
+    return src[((col / inner) * n + pos) * inner + col % inner];
+  }
+};
+
+// scatter_add's: one column; keys and positions carry the line.
+template <class S>
+struct ScatterAddAccess {
+  S* out;
+  const S* src;
+  Strides<3> s;
+  int64_t len, size, os_dim, ss_dim;
+  __device__ __forceinline__ S* dest(unsigned long long key, int64_t) const {
+    int64_t off[3];
+    offsets_of<3>(s, int64_t(key / (unsigned long long)size), off);
+    return out + off[0] + int64_t(key % (unsigned long long)size) * os_dim;
+  }
+  __device__ __forceinline__ S source(int64_t pos, int64_t) const {
+    int64_t off[3];
+    offsets_of<3>(s, pos / len, off);
+    return src[off[2] + (pos % len) * ss_dim];
+  }
+};
+
+__global__ void run_heads_kernel(const unsigned long long* keys, int64_t n, int64_t* head) {
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x)
+    head[k] = k == 0 || keys[k] != keys[k - 1] ? 1 : 0;
+}
+
+// run_id = inclusive sum of the heads (1-based): run r starts at start[r]; start[runs] = n.
+__global__ void run_starts_kernel(const int64_t* head, const int64_t* run_id, int64_t n, int64_t* start,
+                                  int64_t* runs) {
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x) {
+    if (head[k]) start[run_id[k] - 1] = k;
+    if (k == n - 1) {
+      start[run_id[k]] = n;
+      *runs = run_id[k];
+    }
+  }
+}
+
+// Chunks of each run longer than kChunk (0 for the others and past the last run).
+__global__ void run_chunks_kernel(const int64_t* start, const int64_t* runs, int64_t n, int64_t* chunks) {
+  const int64_t R = *runs;
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < n; r += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t len = r < R ? start[r + 1] - start[r] : 0;
+    chunks[r] = len > kChunk ? (len + kChunk - 1) / kChunk : 0;
+  }
+}
+
+// Thread (q, col) sums chunk q of its run into partial[q, col]; q < the number of chunks
+// (read on the device: the grid is sized by its bound, 2n / kChunk + 1).
+template <class S, class Access>
+__global__ void run_partials_kernel(Access a, const int64_t* pos, const int64_t* start, const int64_t* runs,
+                                    const int64_t* chunks, const int64_t* chunk_at, int64_t n, int64_t cols,
+                                    int64_t bound, compute_t<S>* partial) {
+  using C = compute_t<S>;
+  const int64_t R = *runs, total = chunk_at[n - 1] + chunks[n - 1];
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < bound * cols;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t q = t / cols, col = t % cols;
+    if (q >= total) continue;
+    // The run holding chunk q: the last r < R with chunk_at[r] <= q (runs without chunks
+    // share their successor's chunk_at, so the last one is the run that has q).
+    int64_t lo = 0, hi = R;
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (chunk_at[mid] <= q) lo = mid;
+      else hi = mid;
+    }
+    const int64_t k0 = start[lo] + (q - chunk_at[lo]) * kChunk, k1 = min(k0 + kChunk, start[lo + 1]);
+    C acc = C(0);
+    for (int64_t k = k0; k < k1; ++k) acc = C(acc + C(a.source(pos[k], col)));
+    partial[q * cols + col] = acc;
+  }
+}
+
+// Thread (r, col) owns destination (key of run r, col): the old value plus the run's sources in
+// order (short runs), or plus its chunks' partials in order (long runs).
+template <class S, bool kRoundEach, class Access>
+__global__ void run_sums_kernel(Access a, const unsigned long long* keys, const int64_t* pos, const int64_t* start,
+                                const int64_t* runs, const int64_t* chunks, const int64_t* chunk_at, int64_t cols,
+                                int64_t bound, unsigned long long sentinel, const compute_t<S>* partial) {
+  using C = compute_t<S>;
+  const int64_t R = *runs;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < bound * cols;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = t / cols, col = t % cols;
+    if (r >= R) continue;
+    const unsigned long long key = keys[start[r]];
+    if (key == sentinel) continue;
+    S* d = a.dest(key, col);
+    if (chunks[r] == 0) {
+      if constexpr (kRoundEach) {
+        S o = *d;
+        for (int64_t k = start[r]; k < start[r + 1]; ++k) o = S(C(C(o) + C(a.source(pos[k], col))));
+        *d = o;
+      } else {
+        C acc = C(*d);
+        for (int64_t k = start[r]; k < start[r + 1]; ++k) acc = C(acc + C(a.source(pos[k], col)));
+        *d = S(acc);
+      }
+    } else {
+      C acc = C(*d);
+      for (int64_t i = 0; i < chunks[r]; ++i) acc = C(acc + partial[(chunk_at[r] + i) * cols + col]);
+      *d = S(acc);
+    }
+  }
+}
+
+// Note [ordered index sums], host side: `make_keys(keys, positions)` launches the op's key
+// kernel for the n sources; keys lie in [0, sentinel].
+template <class S, bool kRoundEach, class Access, class MakeKeys>
+void ordered_sums(Device device, cudaStream_t stream, int64_t n, uint64_t sentinel, int64_t cols, const Access& a,
+                  MakeKeys&& make_keys) {
+  using C = compute_t<S>;
+  auto i64 = [&](int64_t count) { return detail::make_tensor({std::max<int64_t>(count, 1)}, DType::i64, device); };
+  auto p64 = [](const Tensor& t) { return static_cast<int64_t*>(t.data_ptr()); };
+  auto u64 = [](const Tensor& t) { return static_cast<unsigned long long*>(t.data_ptr()); };
+  Tensor keys = i64(n), pos = i64(n);
+  {
+    Tensor keys_in = i64(n), pos_in = i64(n);
+    make_keys(u64(keys_in), p64(pos_in));
+    // A stable radix sort over just the bits a key can have.
+    int end_bit = 1;
+    while (end_bit < 64 && (uint64_t(1) << end_bit) <= sentinel) ++end_bit;
+    size_t temp_bytes = 0;
+    EMBER_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, u64(keys_in), u64(keys), p64(pos_in),
+                                                     p64(pos), n, 0, end_bit, stream));
+    Tensor temp = detail::make_tensor({int64_t(std::max<size_t>(temp_bytes, 1))}, DType::u8, device);
+    EMBER_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, u64(keys_in), u64(keys),
+                                                     p64(pos_in), p64(pos), n, 0, end_bit, stream));
+  }  // the unsorted pairs go back to the stream's pool, reusable by the launches below
+  Tensor head = i64(n), run_id = i64(n), start = i64(n + 1), runs = i64(1), chunks = i64(n), chunk_at = i64(n);
+  run_heads_kernel<<<blocks_for(n), kThreads, 0, stream>>>(u64(keys), n, p64(head));
+  EMBER_CUDA_CHECK_LAUNCH();
+  {
+    size_t temp_bytes = 0;
+    EMBER_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, temp_bytes, p64(head), p64(run_id), n, stream));
+    Tensor temp = detail::make_tensor({int64_t(std::max<size_t>(temp_bytes, 1))}, DType::u8, device);
+    EMBER_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp.data_ptr(), temp_bytes, p64(head), p64(run_id), n, stream));
+  }
+  run_starts_kernel<<<blocks_for(n), kThreads, 0, stream>>>(p64(head), p64(run_id), n, p64(start), p64(runs));
+  EMBER_CUDA_CHECK_LAUNCH();
+  run_chunks_kernel<<<blocks_for(n), kThreads, 0, stream>>>(p64(start), p64(runs), n, p64(chunks));
+  EMBER_CUDA_CHECK_LAUNCH();
+  {
+    size_t temp_bytes = 0;
+    EMBER_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, p64(chunks), p64(chunk_at), n, stream));
+    Tensor temp = detail::make_tensor({int64_t(std::max<size_t>(temp_bytes, 1))}, DType::u8, device);
+    EMBER_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.data_ptr(), temp_bytes, p64(chunks), p64(chunk_at), n,
+                                                   stream));
+  }
+  // Only runs longer than kChunk have chunks, each covering more than kChunk / 2 sources on
+  // average: at most 2n / kChunk of them.
+  const int64_t chunk_bound = 2 * (n / kChunk) + 1;
+  Tensor partial = detail::make_tensor({chunk_bound * cols}, dtype_v<C>, device);
+  run_partials_kernel<S><<<blocks_for(chunk_bound * cols), kThreads, 0, stream>>>(
+      a, p64(pos), p64(start), p64(runs), p64(chunks), p64(chunk_at), n, cols, chunk_bound,
+      static_cast<C*>(partial.data_ptr()));
+  EMBER_CUDA_CHECK_LAUNCH();
+  run_sums_kernel<S, kRoundEach><<<blocks_for(n * cols), kThreads, 0, stream>>>(
+      a, u64(keys), p64(pos), p64(start), p64(runs), p64(chunks), p64(chunk_at), cols, n,
+      (unsigned long long)sentinel, static_cast<const C*>(partial.data_ptr()));
+  EMBER_CUDA_CHECK_LAUNCH();
 }
 
 // ---- gather / scatter_add ----
@@ -257,7 +438,7 @@ __global__ void index_add_fwd_kernel(S* out, const S* src, const unsigned long l
 // dims are index's; `len` is index.size(dim)).
 template <class U, class I>
 __global__ void gather_fwd_kernel(U* out, const I* index, const U* x, Strides<3> s, int64_t len, int64_t os_dim,
-                                  int64_t is_dim, int64_t xs_dim, int64_t size, int64_t total, IndexFault* fault) {
+                                  int64_t is_dim, int64_t xs_dim, int64_t size, int64_t total, const ember::cuda::FaultSite fault) {
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
        t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t j = t % len;
@@ -265,33 +446,10 @@ __global__ void gather_fwd_kernel(U* out, const I* index, const U* x, Strides<3>
     offsets_of<3>(s, t / len, off);
     const int64_t v = int64_t(index[off[1] + j * is_dim]);
     if (v < 0 || v >= size) {
-      report_bad_index(fault, v);
+      fault.report(v);
       continue;
     }
     out[off[0] + j * os_dim] = x[off[2] + v * xs_dim];
-  }
-}
-
-// One thread per line (all coordinates but dim): it owns its out line, so no races, and it
-// adds in j order like the CPU.
-template <class S, class I>
-__global__ void scatter_add_fwd_kernel(S* out, const I* index, const S* src, Strides<3> s, int64_t len,
-                                       int64_t os_dim, int64_t is_dim, int64_t ss_dim, int64_t size, int64_t lines,
-                                       IndexFault* fault) {
-  using C = compute_t<S>;
-  for (int64_t line = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; line < lines;
-       line += int64_t(gridDim.x) * blockDim.x) {
-    int64_t off[3];
-    offsets_of<3>(s, line, off);
-    for (int64_t j = 0; j < len; ++j) {
-      const int64_t v = int64_t(index[off[1] + j * is_dim]);
-      if (v < 0 || v >= size) {
-        report_bad_index(fault, v);
-        continue;
-      }
-      S& o = out[off[0] + v * os_dim];
-      o = S(C(C(o) + C(src[off[2] + j * ss_dim])));
-    }
   }
 }
 
@@ -345,7 +503,8 @@ void cat_kernel(const TensorList& inputs, int64_t dim, const Tensor& out) {
   const Shape& os = out.sizes();
   const int64_t outer = prod(os, 0, dim), inner = prod(os, dim + 1, int64_t(os.size()));
   const uint64_t isz = out.element_size();
-  cudaStream_t stream = stream_for(out.device());
+  const auto on = stream_for(out.device());
+  cudaStream_t stream = on.stream;
   CatTable table{};
   table.out = static_cast<char*>(out.data_ptr());
   table.out_row_bytes = int64_t(uint64_t(os[dim] * inner) * isz);
@@ -393,16 +552,17 @@ void index_select_kernel(const char* op, const Tensor& x, int64_t dim, const Ten
   const int64_t outer = prod(xs, 0, dim), inner = prod(xs, dim + 1, int64_t(xs.size()));
   const int64_t size = xs[dim], n = index.numel();
   if (n == 0) return;
-  cudaStream_t stream = stream_for(x.device());
-  DeviceIndexCheck check(x.device(), stream);
+  const auto on = stream_for(x.device());
+  cudaStream_t stream = on.stream;
+  const IndexCheck check(x.device(), stream, op, dim, size);
   if (outer == 0 || inner == 0) {  // nothing to copy, but bad indices are still errors
     visit_index(index.dtype(), [&](auto tag) {
       using I = decltype(tag);
       index_keys_kernel<I><<<blocks_for(n), kThreads, 0, stream>>>(
-          static_cast<const I*>(index.data_ptr()), n, size, nullptr, nullptr, check.get());
+          static_cast<const I*>(index.data_ptr()), n, size, nullptr, nullptr, check.site());
     });
     EMBER_CUDA_CHECK_LAUNCH();
-    check.throw_if_failed(op, dim, size);
+    check.done();
     return;
   }
   // Rows of inner elements move as units of the widest word that divides and aligns them.
@@ -414,7 +574,7 @@ void index_select_kernel(const char* op, const Tensor& x, int64_t dim, const Ten
     using U = decltype(utag);
     index_select_fwd_kernel<U><<<blocks_for(total), kThreads, 0, stream>>>(
         static_cast<const U*>(x.data_ptr()), index.data_ptr(), index.dtype() == DType::i32,
-        static_cast<U*>(out.data_ptr()), n, size, units, total, check.get());
+        static_cast<U*>(out.data_ptr()), n, size, units, total, check.site());
   };
   switch (unit) {
     case 16: launch(uint4{}); break;
@@ -424,7 +584,7 @@ void index_select_kernel(const char* op, const Tensor& x, int64_t dim, const Ten
     default: launch(uint8_t{}); break;
   }
   EMBER_CUDA_CHECK_LAUNCH();
-  check.throw_if_failed(op, dim, size);
+  check.done();
 }
 
 void index_add_kernel(const char* op, const Tensor& out, int64_t dim, const Tensor& index,
@@ -435,54 +595,40 @@ void index_add_kernel(const char* op, const Tensor& out, int64_t dim, const Tens
   if (out.dtype() == DType::b8) throw DTypeError(str("[", op, "] is not defined for bool tensors"));
   if (n == 0) return;
   const Device device = out.device();
-  cudaStream_t stream = stream_for(device);
-  DeviceIndexCheck check(device, stream);
-  const bool work = outer > 0 && inner > 0;
-  // Sort input: (value, j) pairs, validated first so that a bad index throws before any add.
-  Tensor keys_in = detail::make_tensor({work ? n : 0}, DType::i64, device);
-  Tensor pos_in = detail::make_tensor({work ? n : 0}, DType::i64, device);
-  auto* kin = work ? static_cast<unsigned long long*>(keys_in.data_ptr()) : nullptr;
-  auto* pin = work ? static_cast<int64_t*>(pos_in.data_ptr()) : nullptr;
-  visit_index(index.dtype(), [&](auto tag) {
-    using I = decltype(tag);
-    index_keys_kernel<I><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const I*>(index.data_ptr()), n,
-                                                                 size, kin, pin, check.get());
-  });
-  EMBER_CUDA_CHECK_LAUNCH();
-  check.throw_if_failed(op, dim, size);
-  if (!work) return;
-
-  // A stable radix sort over just the bits that can be set (keys are in [0, size)).
-  int end_bit = 1;
-  while (end_bit < 63 && (uint64_t(1) << end_bit) < uint64_t(size)) ++end_bit;
-  Tensor keys = detail::make_tensor({n}, DType::i64, device);
-  Tensor pos = detail::make_tensor({n}, DType::i64, device);
-  auto* kout = static_cast<unsigned long long*>(keys.data_ptr());
-  auto* pout = static_cast<int64_t*>(pos.data_ptr());
-  size_t temp_bytes = 0;
-  EMBER_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, kin, kout, pin, pout, n, 0, end_bit, stream));
-  Tensor temp = detail::make_tensor({int64_t(std::max<size_t>(temp_bytes, 1))}, DType::u8, device);
-  EMBER_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, kin, kout, pin, pout, n, 0,
-                                                   end_bit, stream));
-
-  const int64_t total = outer * n * inner;
+  const auto on = stream_for(device);
+  cudaStream_t stream = on.stream;
+  const IndexCheck check(device, stream, op, dim, size);
+  auto keys = [&](unsigned long long* kin, int64_t* pin) {
+    visit_index(index.dtype(), [&](auto tag) {
+      using I = decltype(tag);
+      index_keys_kernel<I><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const I*>(index.data_ptr()), n,
+                                                                   size, kin, pin, check.site());
+    });
+    EMBER_CUDA_CHECK_LAUNCH();
+  };
+  if (outer == 0 || inner == 0) {  // nothing to add, but bad indices are still errors
+    keys(nullptr, nullptr);
+    check.done();
+    return;
+  }
   visit_dtype(out.dtype(), [&](auto vtag) {
     using S = decltype(vtag);
     if constexpr (!std::is_same_v<S, bool>) {
-      index_add_fwd_kernel<S><<<blocks_for(total), kThreads, 0, stream>>>(
-          static_cast<S*>(out.data_ptr()), static_cast<const S*>(src.data_ptr()), kout, pout, n, size, inner,
-          total);
+      const IndexAddAccess<S> a{static_cast<S*>(out.data_ptr()), static_cast<const S*>(src.data_ptr()), n, size,
+                                inner};
+      ordered_sums<S, false>(device, stream, n, uint64_t(size), outer * inner, a, keys);
     }
   });
-  EMBER_CUDA_CHECK_LAUNCH();
+  check.done();
 }
 
 void gather_kernel(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
   const int64_t size = x.sizes()[dim], len = index.sizes()[dim];
   const int64_t total = index.numel();
   if (total == 0) return;
-  cudaStream_t stream = stream_for(x.device());
-  DeviceIndexCheck check(x.device(), stream);
+  const auto on = stream_for(x.device());
+  cudaStream_t stream = on.stream;
+  const IndexCheck check(x.device(), stream, "gather", dim, size);
   const Strides<3> s =
       make_strides<3>("gather", index.sizes(), {&out.strides(), &index.strides(), &x.strides()}, dim);
   visit_bits(x.element_size(), [&](auto utag) {
@@ -492,43 +638,52 @@ void gather_kernel(const Tensor& x, int64_t dim, const Tensor& index, const Tens
       gather_fwd_kernel<U, I><<<blocks_for(total), kThreads, 0, stream>>>(
           static_cast<U*>(out.data_ptr()), static_cast<const I*>(index.data_ptr()),
           static_cast<const U*>(x.data_ptr()), s, len, out.strides()[dim], index.strides()[dim],
-          x.strides()[dim], size, total, check.get());
+          x.strides()[dim], size, total, check.site());
     });
   });
   EMBER_CUDA_CHECK_LAUNCH();
-  check.throw_if_failed("gather", dim, size);
+  check.done();
 }
 
 void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
   const int64_t size = out.sizes()[dim], len = index.sizes()[dim];
   if (out.dtype() == DType::b8) throw DTypeError("[scatter_add] is not defined for bool tensors");
-  if (index.numel() == 0) return;
-  cudaStream_t stream = stream_for(out.device());
-  DeviceIndexCheck check(out.device(), stream);
-  const int64_t lines = index.numel() / len;
+  const int64_t n = index.numel();
+  if (n == 0) return;
+  const Device device = out.device();
+  const auto on = stream_for(device);
+  cudaStream_t stream = on.stream;
+  const IndexCheck check(device, stream, "scatter_add", dim, size);
+  const int64_t lines = n / len;
   const Strides<3> s =
       make_strides<3>("scatter_add", index.sizes(), {&out.strides(), &index.strides(), &src.strides()}, dim);
+  // Destination key of source (line, j): line * size + index value (sentinel lines * size).
+  auto keys = [&](unsigned long long* kin, int64_t* pin) {
+    visit_index(index.dtype(), [&](auto itag) {
+      using I = decltype(itag);
+      scatter_keys_kernel<I><<<blocks_for(n), kThreads, 0, stream>>>(
+          static_cast<const I*>(index.data_ptr()), s, len, index.strides()[dim], size, n, kin, pin, check.site());
+    });
+    EMBER_CUDA_CHECK_LAUNCH();
+  };
   visit_dtype(out.dtype(), [&](auto vtag) {
     using S = decltype(vtag);
     if constexpr (!std::is_same_v<S, bool>) {
-      visit_index(index.dtype(), [&](auto itag) {
-        using I = decltype(itag);
-        scatter_add_fwd_kernel<S, I><<<blocks_for(lines), kThreads, 0, stream>>>(
-            static_cast<S*>(out.data_ptr()), static_cast<const I*>(index.data_ptr()),
-            static_cast<const S*>(src.data_ptr()), s, len, out.strides()[dim], index.strides()[dim],
-            src.strides()[dim], size, lines, check.get());
-      });
+      const ScatterAddAccess<S> a{static_cast<S*>(out.data_ptr()), static_cast<const S*>(src.data_ptr()), s, len,
+                                  size, out.strides()[dim], src.strides()[dim]};
+      // The CPU rounds scatter_add's sum after every add: short runs do the same (round_each).
+      ordered_sums<S, true>(device, stream, n, uint64_t(lines) * uint64_t(size), 1, a, keys);
     }
   });
-  EMBER_CUDA_CHECK_LAUNCH();
-  check.throw_if_failed("scatter_add", dim, size);
+  check.done();
 }
 
 void tri_kernel(const Tensor& x, const Tensor& out, int64_t diagonal, bool upper) {
   const int64_t nd = x.dim(), total = out.numel();
   if (total == 0) return;
   const int64_t rows = x.sizes()[nd - 2], cols = x.sizes()[nd - 1];
-  cudaStream_t stream = stream_for(x.device());
+  const auto on = stream_for(x.device());
+  cudaStream_t stream = on.stream;
   const Strides<1> s = make_strides<1>(upper ? "triu" : "tril", x.sizes(), {&x.strides()}, -1);
   visit_bits(x.element_size(), [&](auto utag) {
     using U = decltype(utag);
@@ -542,7 +697,8 @@ void tri_kernel(const Tensor& x, const Tensor& out, int64_t diagonal, bool upper
 void dropout_mask_kernel(const Tensor& mask, Generator::State s, double p) {
   const int64_t n = mask.numel(), counters = int64_t(dropout_counters(n));
   if (n == 0) return;
-  cudaStream_t stream = stream_for(mask.device());
+  const auto on = stream_for(mask.device());
+  cudaStream_t stream = on.stream;
   dropout_mask_fwd_kernel<<<blocks_for(counters), kThreads, 0, stream>>>(static_cast<bool*>(mask.data_ptr()), n,
                                                                         counters, s, p);
   EMBER_CUDA_CHECK_LAUNCH();

@@ -14,15 +14,17 @@
 // - Types: f32 on TF32 tensor cores unless ember::cuda::allow_tf32() is off (then exact
 //   f32), f16/bf16 on tensor cores with f32 accumulation, f64 in f64. Integer dtypes have no
 //   CUDA GEMM (NotImplementedError).
-// - linear's bias is added by CUBLASLT_EPILOGUE_BIAS (one pass over the output). When the
-//   epilogue does not apply (no algorithm, a column-major output), the bias seeds the output
-//   and the GEMM accumulates onto it, as on the CPU.
+// - linear's bias is added by CUBLASLT_EPILOGUE_BIAS (one pass over the output), from a
+//   contiguous, 16-byte aligned vector (a strided or misaligned bias is copied first). When
+//   the epilogue does not apply (no algorithm, a column-major output), the bias seeds the
+//   output and the GEMM accumulates onto it, as on the CPU.
 // - Everything runs on the current stream of the output's device.
 #include <algorithm>
 #include <climits>
 #include <vector>
 
 #include "cublaslt.cuh"
+#include "ember/cuda/device_guard.h"
 #include "ember/ops/matmul_config.h"
 #include "kernels/elementwise.h"
 #include "kernels/linalg.h"
@@ -204,7 +206,7 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, bool accumulate) {
 void gemm_kernel(const Tensor& a, const Tensor& b, const Tensor& c, bool accumulate) {
   if (c.numel() == 0) return;
   check_dtype("matmul", c.dtype());
-  EMBER_CUDA_CHECK(cudaSetDevice(c.device().index));
+  const ember::cuda::detail::DeviceGuard guard(c.device().index);
   if (a.sizes()[size_t(a.dim() - 1)] == 0) {  // K == 0: an empty sum
     if (!accumulate) fill_kernel(c, Scalar(0));
     return;
@@ -215,13 +217,17 @@ void gemm_kernel(const Tensor& a, const Tensor& b, const Tensor& c, bool accumul
 void gemm_bias_kernel(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& c) {
   if (c.numel() == 0) return;
   check_dtype("linear", c.dtype());
-  EMBER_CUDA_CHECK(cudaSetDevice(c.device().index));
+  const ember::cuda::detail::DeviceGuard guard(c.device().index);
   const int64_t M = c.sizes()[0], N = c.sizes()[1];
   const Tensor bias_rows = ember::detail::make_view(bias, {M, N}, {0, bias.strides()[0]}, bias.storage_offset());
   if (a.sizes()[1] > 0 && row_major(matrix_of(c))) {
-    // The epilogue reads the bias as a contiguous vector of D's rows (= c's columns).
+    // The epilogue reads the bias as a contiguous vector of D's rows (= c's columns), with
+    // vector loads: the heuristic cannot be told the bias pointer's alignment (there is no
+    // preference for it, unlike A-D), so a view that starts off a 16-byte boundary (e.g.
+    // narrow(0, 1, N) of an f32 vector) is copied to a fresh, aligned tensor first.
     Tensor bias_c = bias;
-    if (bias.strides()[0] != 1 && N > 1) {
+    const bool misaligned = reinterpret_cast<uintptr_t>(bias.data_ptr()) % 16 != 0;
+    if ((bias.strides()[0] != 1 && N > 1) || misaligned) {
       bias_c = ember::detail::make_tensor({N}, bias.dtype(), bias.device());
       copy_kernel(bias_c, bias);
     }

@@ -8,12 +8,17 @@
 #include <array>
 
 #include "ember/cuda/check.h"
+#include "ember/cuda/device_guard.h"
 #include "ember/cuda/stream_handle.h"
 #include "kernels/loop_plan.h"
 
 namespace ember::ops::cuda {
 
-constexpr int kMaxDims = 8;
+// As many dims as PyTorch's kernels take (MAX_DIMS): the CPU has no limit, and a tensor this
+// engine cannot iterate could not even be made contiguous (that is a copy through it). The
+// sizes and strides travel as kernel parameters (about 1 KiB for four operands), and the
+// offset loop runs over the actual dims only.
+constexpr int kMaxDims = 25;
 constexpr int kThreads = 256;
 
 template <int N>
@@ -71,8 +76,9 @@ void launch_elementwise(const std::array<const Tensor*, N>& ts, Op op) {
     for (int k = 0; k < N; ++k) ptrs.p[k] = static_cast<char*>(ts[k]->data_ptr());
   } else {
     LoopPlan<N> plan = make_plan<N>(ts);
-    EMBER_CHECK(int(plan.sizes.size()) <= kMaxDims, ShapeError, "[cuda elementwise] ",
-                int64_t(plan.sizes.size()), " non-mergeable dims exceed the limit of ", kMaxDims);
+    EMBER_CHECK(int(plan.sizes.size()) <= kMaxDims, ShapeError, "[cuda elementwise] a tensor of shape ",
+                ts[0]->sizes(), " has ", int64_t(plan.sizes.size()), " dims that cannot be merged, more than the ",
+                kMaxDims, " the CUDA kernels take");
     oc.ndim = int(plan.sizes.size());
     for (int d = 0; d < oc.ndim; ++d) oc.sizes[d] = plan.sizes[d];
     for (int k = 0; k < N; ++k) {
@@ -80,9 +86,9 @@ void launch_elementwise(const std::array<const Tensor*, N>& ts, Op op) {
       for (int d = 0; d < oc.ndim; ++d) oc.strides[k][d] = plan.strides[k][d];
     }
   }
-  EMBER_CUDA_CHECK(cudaSetDevice(ts[0]->device().index));
+  const auto on = ember::cuda::detail::on_device(ts[0]->device().index);
   const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t(1) << 16);
-  cudaStream_t stream = ember::cuda::detail::current_stream_handle(ts[0]->device().index);
+  cudaStream_t stream = on.stream;
   elementwise_kernel<N><<<unsigned(blocks), kThreads, 0, stream>>>(n, oc, ptrs, op);
   EMBER_CUDA_CHECK_LAUNCH();
 }

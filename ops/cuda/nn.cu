@@ -18,16 +18,18 @@
 // - Deterministic (Note [deterministic CUDA reductions]): no float atomics. The cross-entropy
 //   total is one block summing the per-row losses in a fixed order; layer norm's dweight and
 //   dbias are per-chunk partial column sums followed by an in-order pass over the chunks.
-// - Cross-entropy targets are validated on the device: the kernel records the first bad row,
-//   and the host reads it back (one synchronization) and throws IndexError like the CPU. While
-//   the stream is being captured into a CUDA graph the read-back is skipped (it would break
-//   the capture); a bad target then yields a NaN loss for its row and no gradient write.
+// - Cross-entropy targets are validated on the device (Note [deferred device checks],
+//   core/cuda/include/ember/cuda/device_checks.h): the forward records the first bad row and
+//   the IndexError, with the CPU's message, is raised at the next host synchronization (at once
+//   under cuda::set_sync_checks(true)); the op itself never waits. A bad target yields a NaN
+//   loss for its row and no gradient write.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
+#include "ember/cuda/device_checks.h"
 #include "kernels/nn.h"
 #include "reduce_utils.cuh"
 
@@ -36,7 +38,7 @@ namespace ember::ops::cuda {
 namespace {
 
 constexpr int kBlockThreads = 256;
-constexpr int kMaxRowDims = 8;
+constexpr int kMaxRowDims = 25;  // as the elementwise engine (loops.cuh kMaxDims)
 constexpr size_t kCacheBytes = 40 * 1024;  // shared memory a block may use to keep its rows
 
 template <class C>
@@ -83,7 +85,7 @@ RowIndexer row_indexer(const Tensor& t, int64_t dim, const char* op) {
   const int n = int(sz.size());
   EMBER_CHECK(n <= kMaxRowDims, ShapeError, "[", op, "] a tensor of shape ", t.sizes(),
               " and strides ", t.strides(), " has more than ", kMaxRowDims,
-              " non-mergeable dims for the CUDA kernel; make it contiguous first");
+              " dims that cannot be merged, more than the CUDA kernels take");
   ri.ndim = n;
   for (int i = 0; i < n; ++i) {
     ri.sizes[i] = sz[i];
@@ -298,7 +300,8 @@ void softmax_fwd(const Tensor& x, const Tensor& out, int64_t dim, bool log) {
   const int64_t xstep = x.strides()[dim], ystep = out.strides()[dim];
   const S* xp = static_cast<const S*>(x.data_ptr());
   S* yp = static_cast<S*>(out.data_ptr());
-  cudaStream_t stream = stream_for(x.device());
+  const auto on = stream_for(x.device());
+  cudaStream_t stream = on.stream;
   if (use_cols_kernel(out, dim, rows)) {
     softmax_fwd_cols_kernel<S><<<unsigned(blocks_for_threads(rows)), kBlockThreads, 0, stream>>>(
         xp, yp, xi, yi, rows, K, xstep, ystep, log);
@@ -323,7 +326,8 @@ void softmax_bwd(const Tensor& grad, const Tensor& y, const Tensor& dx, int64_t 
   const S* gp = static_cast<const S*>(grad.data_ptr());
   const S* yp = static_cast<const S*>(y.data_ptr());
   S* dp = static_cast<S*>(dx.data_ptr());
-  cudaStream_t stream = stream_for(y.device());
+  const auto on = stream_for(y.device());
+  cudaStream_t stream = on.stream;
   if (use_cols_kernel(dx, dim, rows)) {
     softmax_bwd_cols_kernel<S><<<unsigned(blocks_for_threads(rows)), kBlockThreads, 0, stream>>>(
         gp, yp, dp, gi, yi, di, rows, K, gs, ys, ds, log);
@@ -463,26 +467,16 @@ __global__ void cross_entropy_bwd_kernel(const S* grad, int64_t gs, const double
   }
 }
 
-// The first bad target (if any) as an IndexError with the CPU's message; skipped while the
-// stream is being captured (see the file comment).
+// The first bad target (the smallest bad row, as the CPU names it) goes to the device-check
+// record (Note [deferred device checks]): the IndexError with the CPU's message is raised at
+// the next synchronization, or at once in synchronous-check mode. No host wait here.
 template <class T>
-void check_targets(const unsigned long long* bad_row_dev, const T* target, int64_t ts,
-                   int64_t classes, int64_t ignore, cudaStream_t stream) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  EMBER_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone) return;
-  unsigned long long bad_row = 0;
-  EMBER_CUDA_CHECK(cudaMemcpyAsync(&bad_row, bad_row_dev, sizeof(bad_row), cudaMemcpyDeviceToHost,
-                                   stream));
-  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (bad_row == ~0ull) return;
-  T t{};
-  EMBER_CUDA_CHECK(cudaMemcpyAsync(&t, target + int64_t(bad_row) * ts, sizeof(T),
-                                   cudaMemcpyDeviceToHost, stream));
-  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
-  throw IndexError(str("[cross_entropy] target ", int64_t(t), " at position ", int64_t(bad_row),
-                       " is out of bounds for ", classes, " classes (expected 0 <= target < ",
-                       classes, ", or ignore_index ", ignore, ")"));
+__global__ void report_bad_target_kernel(const unsigned long long* bad_row, const T* target, int64_t ts,
+                                         ember::cuda::FaultSite site) {
+  const unsigned long long row = *bad_row;
+  if (row == ~0ull) return;
+  site.a = (long long)row;
+  site.report((long long)target[int64_t(row) * ts]);
 }
 
 template <class S, class T>
@@ -493,7 +487,8 @@ void cross_entropy_fwd(const Tensor& logits, const Tensor& target, const Tensor&
   const bool none = p.reduction == LossReduction::none;
   const T* tp = static_cast<const T*>(target.data_ptr());
   const int64_t ts = target.strides()[0];
-  cudaStream_t stream = stream_for(logits.device());
+  const auto on = stream_for(logits.device());
+  cudaStream_t stream = on.stream;
   Tensor bad = detail::make_tensor({1}, DType::i64, logits.device());
   auto* bad_row = static_cast<unsigned long long*>(bad.data_ptr());
   EMBER_CUDA_CHECK(cudaMemsetAsync(bad_row, 0xff, sizeof(unsigned long long), stream));
@@ -514,7 +509,12 @@ void cross_entropy_fwd(const Tensor& logits, const Tensor& target, const Tensor&
         p.reduction == LossReduction::mean, static_cast<S*>(loss.data_ptr()));
     EMBER_CUDA_CHECK_LAUNCH();
   }
-  check_targets(bad_row, tp, ts, classes, p.ignore_index, stream);
+  report_bad_target_kernel<T><<<1, 1, 0, stream>>>(
+      bad_row, tp, ts,
+      ember::cuda::detail::fault_site(logits.device().index, ember::cuda::FaultKind::target_out_of_bounds,
+                                      "cross_entropy", 0, classes, p.ignore_index));
+  EMBER_CUDA_CHECK_LAUNCH();
+  ember::cuda::detail::after_checked_launch(stream);
 }
 
 template <class S, class T>
@@ -527,7 +527,8 @@ void cross_entropy_bwd(const Tensor& grad, const Tensor& logits, const Tensor& t
   const T* tp = static_cast<const T*>(target.data_ptr());
   const int64_t ts = target.strides()[0];
   const S* gp = static_cast<const S*>(grad.data_ptr());
-  cudaStream_t stream = stream_for(logits.device());
+  const auto on = stream_for(logits.device());
+  cudaStream_t stream = on.stream;
   Tensor scale = none ? Tensor() : detail::make_tensor({1}, DType::f64, logits.device());
   double* scale_p = none ? nullptr : static_cast<double*>(scale.data_ptr());
   if (!none) {
@@ -682,7 +683,8 @@ void layer_norm_fwd(const Tensor& x, const Tensor& weight, const Tensor& bias, c
   using C = compute_t<S>;
   using A = acc_t<S>;
   const int64_t rows = mean.numel();
-  cudaStream_t stream = stream_for(x.device());
+  const auto on = stream_for(x.device());
+  cudaStream_t stream = on.stream;
   const RowLaunch l = row_launch(rows, cols);
   const int64_t cache = cache_len_for<C>(cols, l.rows_per_block, 1);
   layer_norm_fwd_kernel<S><<<unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)),
@@ -700,7 +702,9 @@ void layer_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, c
   using C = compute_t<S>;
   using A = acc_t<S>;
   const int64_t rows = mean.numel();
-  cudaStream_t stream = stream_for(x.device());
+  if (cols == 0) return;  // dx, dweight and dbias are empty: nothing to write (an empty grid is an error)
+  const auto on = stream_for(x.device());
+  cudaStream_t stream = on.stream;
   const S* gp = static_cast<const S*>(grad.data_ptr());
   const S* xp = static_cast<const S*>(x.data_ptr());
   const C* mp = static_cast<const C*>(mean.data_ptr());

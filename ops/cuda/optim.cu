@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ember/cuda/check.h"
+#include "ember/cuda/device_guard.h"
 #include "ember/cuda/stream_handle.h"
 #include "kernels/optim.h"
 
@@ -235,8 +236,8 @@ void launch_adam(const TensorList& params, const TensorList& grads, const Tensor
 void adam_step_kernel(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
                       const TensorList& exp_avg_sqs, const std::vector<AdamTensorScalars>& scalars,
                       const AdamStepParams& hp) {
-  EMBER_CUDA_CHECK(cudaSetDevice(params[0].device().index));
-  cudaStream_t stream = ember::cuda::detail::current_stream_handle(params[0].device().index);
+  const auto on = ember::cuda::detail::on_device(params[0].device().index);
+  cudaStream_t stream = on.stream;
   launch_adam(params, grads, exp_avgs, exp_avg_sqs, hp, DeviceSchedule{},
               [&](size_t i) { return std::make_pair(scalars[i].step_size, scalars[i].bias_corr2_sqrt); },
               stream);
@@ -247,8 +248,8 @@ void adam_step_scheduled_kernel(const TensorList& params, const TensorList& grad
                                 const Tensor& lr, const Tensor& steps,
                                 const std::vector<size_t>& step_index, const Tensor& found_inf,
                                 const AdamStepParams& hp) {
-  EMBER_CUDA_CHECK(cudaSetDevice(steps.device().index));
-  cudaStream_t stream = ember::cuda::detail::current_stream_handle(steps.device().index);
+  const auto on = ember::cuda::detail::on_device(steps.device().index);
+  cudaStream_t stream = on.stream;
   DeviceSchedule sched;
   sched.lr = static_cast<const double*>(lr.data_ptr());
   sched.steps = static_cast<const double*>(steps.data_ptr());
@@ -267,8 +268,8 @@ void adam_step_scheduled_kernel(const TensorList& params, const TensorList& grad
 void sgd_step_kernel(const TensorList& params, const TensorList& grads,
                      const TensorList& momentum_buffers, const std::vector<uint8_t>& first,
                      const SgdStepParams& hp) {
-  EMBER_CUDA_CHECK(cudaSetDevice(params[0].device().index));
-  cudaStream_t stream = ember::cuda::detail::current_stream_handle(params[0].device().index);
+  const auto on = ember::cuda::detail::on_device(params[0].device().index);
+  cudaStream_t stream = on.stream;
   const bool has_momentum = hp.momentum != 0;
   for (const auto& [dtype, idx] : by_dtype(params)) {
     visit_floating(dtype, [&](auto tag) {

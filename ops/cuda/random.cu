@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ember/cuda/check.h"
+#include "ember/cuda/device_guard.h"
 #include "ember/cuda/stream_handle.h"
 #include "kernels/random.h"
 
@@ -45,9 +46,9 @@ __global__ void random_kernel(S* out, int64_t n, Generator::State s, Dist dist, 
 void launch(const Tensor& t, Generator::State s, Dist dist, double a, double b) {
   const int64_t n = t.numel();
   if (n == 0) return;
-  EMBER_CUDA_CHECK(cudaSetDevice(t.device().index));
+  const auto on = ember::cuda::detail::on_device(t.device().index);
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t(1) << 16);
-  cudaStream_t stream = ember::cuda::detail::current_stream_handle(t.device().index);
+  cudaStream_t stream = on.stream;
   visit_dtype(t.dtype(), [&](auto tag) {
     using S = decltype(tag);
     random_kernel<S><<<unsigned(blocks), 256, 0, stream>>>(

@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "ember/cuda/check.h"
+#include "ember/cuda/device_guard.h"
 #include "ember/cuda/stream_handle.h"
 #include "ember/dtype.h"
 
@@ -160,10 +161,10 @@ inline int threads_per_row(int64_t n) {
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 __host__ __device__ inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// Makes `device` current and returns this thread's current stream on it.
-inline cudaStream_t stream_for(const Device& device) {
-  EMBER_CUDA_CHECK(cudaSetDevice(device.index));
-  return ember::cuda::detail::current_stream_handle(device.index);
+// Makes `device` current until the end of the caller's scope (a restoring guard) and gives
+// this thread's current stream on it.
+inline ember::cuda::detail::DeviceStream stream_for(const Device& device) {
+  return ember::cuda::detail::on_device(device.index);
 }
 
 }  // namespace ember::ops::cuda

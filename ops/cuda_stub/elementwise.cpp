@@ -6,4 +6,5 @@ void binary_kernel(BinaryOp, const Tensor&, const Tensor&, const Tensor&) { EMBE
 void where_kernel(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { EMBER_NO_CUDA("where"); }
 void copy_kernel(const Tensor&, const Tensor&) { EMBER_NO_CUDA("copy"); }
 void fill_kernel(const Tensor&, Scalar) { EMBER_NO_CUDA("fill"); }
+void arange_kernel(const Tensor&, const ArangeTerms&) { EMBER_NO_CUDA("arange"); }
 }  // namespace ember::ops::cuda

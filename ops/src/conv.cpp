@@ -81,6 +81,16 @@ std::atomic<bool> g_conv_winograd{[] {
 void set_conv_winograd(bool allow) { g_conv_winograd.store(allow, std::memory_order_relaxed); }
 bool conv_winograd() { return g_conv_winograd.load(std::memory_order_relaxed); }
 
+namespace {
+std::atomic<int64_t> g_cudnn_workspace_limit{[] {
+  const char* env = std::getenv("EMBER_CUDNN_WORKSPACE_LIMIT_MB");
+  return env && *env ? int64_t(std::strtoll(env, nullptr, 10)) * (int64_t(1) << 20) : int64_t(1) << 30;
+}()};
+}  // namespace
+
+void set_cudnn_workspace_limit(int64_t bytes) { g_cudnn_workspace_limit.store(bytes, std::memory_order_relaxed); }
+int64_t cudnn_workspace_limit() { return g_cudnn_workspace_limit.load(std::memory_order_relaxed); }
+
 int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation) {
   return (in + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1;
 }

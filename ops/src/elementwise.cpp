@@ -26,11 +26,19 @@ constexpr BinaryKind kBinaryKind[] = {
 #undef EMBER_BINARY_KIND
 };
 
-// The other operand moved to `t`'s device when it is a CPU 0-dim tensor (PyTorch allows
-// `cuda_tensor * cpu_scalar_tensor`); otherwise both must already share a device.
+// The other operand on `t`'s device when it is a CPU 0-dim tensor (PyTorch allows
+// `cuda_tensor * cpu_scalar_tensor`); otherwise both must already share a device. The CPU value
+// is read on the host (its own memory: no wait) and filled in on the device, never copied: a
+// copy from pageable memory would make the host wait for the device inside every such op
+// (loss scaling, ignore_index comparisons) and is illegal under graph capture.
 Tensor on_device_of(const char* op, const Tensor& other, const Tensor& t) {
-  if (other.device() != t.device() && other.dim() == 0 && other.is_cpu())
-    return to(other, t.device(), other.dtype());
+  if (other.device() != t.device() && other.dim() == 0 && other.is_cpu()) {
+    const DType dt = other.dtype();
+    const Scalar value = dt == DType::b8      ? Scalar(other.item<int64_t>() != 0)
+                         : is_integral(dt) ? Scalar(other.item<int64_t>())
+                                           : Scalar(other.item<double>());
+    return scalar_tensor(value, dt, t.device());
+  }
   detail::check_same_device(op, t, other);
   return other;
 }
@@ -102,6 +110,7 @@ Tensor unary(UnaryOp op, const Tensor& x, UnaryParams params) {
 
 void unary_out(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams params) {
   detail::check_same_device(op_name(op), x, out);
+  detail::check_no_internal_overlap(op_name(op), out);
   EMBER_CHECK(x.sizes() == out.sizes(), ShapeError, "[", op_name(op), "] output shape ",
               out.sizes(), " does not match input shape ", x.sizes());
   DType dt = result_dtype(op, x.dtype());
@@ -142,6 +151,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 
 void binary_out(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   detail::check_defined(op_name(op), out, "output");
+  detail::check_no_internal_overlap(op_name(op), out);
   Tensor bb = on_device_of(op_name(op), b, out);
   Tensor aa = on_device_of(op_name(op), a, out);
   Shape shape = broadcast_shapes(aa.sizes(), bb.sizes(), op_name(op));
@@ -191,6 +201,9 @@ Tensor wrap_scalar(Scalar value, const Tensor& t) {
 void copy_(const Tensor& dst, const Tensor& src, bool non_blocking) {
   detail::check_defined("copy_", dst, "destination");
   detail::check_defined("copy_", src, "source");
+  // fill_ may write an expanded tensor (every write is the same value, as PyTorch allows);
+  // copy_ and the in-place ops may not.
+  detail::check_no_internal_overlap("copy_", dst);
   Shape shape = broadcast_shapes(dst.sizes(), src.sizes(), "copy_");
   EMBER_CHECK(shape == dst.sizes(), ShapeError, "[copy_] source of shape ", src.sizes(),
               " cannot be broadcast to the destination shape ", dst.sizes());

@@ -5,6 +5,7 @@
 
 #include "ember/cuda.h"
 #include "ember/ops/elementwise.h"
+#include "kernels/elementwise.h"
 #include "kernels/random.h"
 
 namespace ember {
@@ -41,10 +42,19 @@ Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<TensorOptions
   EMBER_CHECK(s != 0, ValueError, "[arange] step must be nonzero");
   EMBER_CHECK((b - a) / s >= 0, ValueError, "[arange] range [", a, ", ", b,
               ") cannot be reached with step ", s);
-  const int64_t n = int64_t(std::ceil((b - a) / s));
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = a + double(i) * s;
-  return tensor(v, {n}, opts);
+  int64_t n = 0;
+  if (any_float) {
+    n = int64_t(std::ceil((b - a) / s));
+  } else {  // exact: f64 cannot hold every int64 bound (PyTorch subtracts in int64 too)
+    const int64_t ia = start.to_int(), ib = end.to_int(), is = step.to_int();
+    const int64_t span = is > 0 ? ib - ia : ia - ib, stride = is > 0 ? is : -is;
+    n = span <= 0 ? 0 : span / stride + (span % stride != 0);
+  }
+  EMBER_CHECK(opts.dtype_ != DType::b8, DTypeError, "[arange] has no bool form");
+  const ops::ArangeTerms terms{!any_float, any_float ? 0 : start.to_int(), any_float ? 0 : step.to_int(), a, s};
+  Tensor t = alloc({n}, opts, "arange");
+  EMBER_DISPATCH_KERNEL(t.device(), arange_kernel, t, terms);
+  return finish(t, opts);
 }
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {

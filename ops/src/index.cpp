@@ -184,6 +184,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
 
 Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num_weights) {
   detail::check_defined("embedding_backward", grad, "gradient");
+  detail::check_same_device("embedding_backward", grad, indices);  // the kernel reads both
   check_index_dtype("embedding_backward", indices, "indices");
   EMBER_CHECK(grad.dim() == indices.dim() + 1, ShapeError, "[embedding_backward] gradient of shape ",
               grad.sizes(), " does not match indices of shape ", indices.sizes());

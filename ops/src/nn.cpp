@@ -116,8 +116,23 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
 Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target,
                               const Tensor& row_max, const Tensor& log_sum,
                               const CrossEntropyParams& p) {
-  detail::check_defined("cross_entropy_backward", grad, "gradient");
-  detail::check_same_device("cross_entropy_backward", grad, logits);
+  const char* op = "cross_entropy_backward";
+  detail::check_defined(op, grad, "gradient");
+  detail::check_defined(op, target, "target");
+  detail::check_defined(op, row_max, "row maxima");
+  detail::check_defined(op, log_sum, "row log-sums");
+  // Every operand a kernel reads must be where it runs: a CPU pointer handed to a CUDA kernel
+  // is read as a device address.
+  for (const Tensor* t : {&logits, &target, &row_max, &log_sum}) detail::check_same_device(op, grad, *t);
+  EMBER_CHECK(is_integral(target.dtype()) && target.dtype() != DType::b8, DTypeError, "[", op,
+              "] expects integer class targets, got ", target.dtype());
+  const int64_t n = logits.dim() == 2 ? logits.sizes()[0] : 1;
+  EMBER_CHECK(target.numel() == n, ShapeError, "[", op, "] target of shape ", target.sizes(),
+              " does not match logits of shape ", logits.sizes());
+  for (const Tensor* t : {&row_max, &log_sum})
+    EMBER_CHECK(t->sizes() == Shape{n} && t->dtype() == stats_dtype(logits.dtype()) && t->is_contiguous(),
+                ValueError, "[", op, "] row statistics must be contiguous ", stats_dtype(logits.dtype()),
+                " [", n, "] (the forward's), got ", t->dtype(), " ", t->sizes());
   const bool none = p.reduction == LossReduction::none;
   const Shape want = none ? target.sizes() : Shape{};
   EMBER_CHECK(grad.sizes() == want, ShapeError, "[cross_entropy_backward] gradient of shape ",
@@ -176,10 +191,23 @@ LayerNormForward layer_norm_forward(const Tensor& x, const Shape& ns, const Tens
 LayerNormBackward layer_norm_backward(const Tensor& grad, const Tensor& x, const Shape& ns,
                                       const Tensor& weight, const Tensor& mean,
                                       const Tensor& rstd, std::array<bool, 3> needs) {
-  detail::check_defined("layer_norm_backward", grad, "gradient");
-  detail::check_same_device("layer_norm_backward", grad, x);
+  const char* op = "layer_norm_backward";
+  detail::check_defined(op, grad, "gradient");
+  detail::check_defined(op, mean, "mean");
+  detail::check_defined(op, rstd, "rstd");
+  for (const Tensor* t : {&x, &mean, &rstd}) detail::check_same_device(op, grad, *t);
   EMBER_CHECK(grad.sizes() == x.sizes(), ShapeError, "[layer_norm_backward] gradient of shape ",
               grad.sizes(), " does not match the input shape ", x.sizes());
+  const int64_t k = int64_t(ns.size());
+  EMBER_CHECK(k >= 1 && k <= x.dim(), ShapeError, "[", op, "] normalized_shape ", ns,
+              " does not fit the input of shape ", x.sizes());
+  int64_t rows = 1;  // as the forward counts them
+  for (int64_t i = 0; i < x.dim() - k; ++i) rows *= x.sizes()[i];
+  for (const Tensor* t : {&mean, &rstd})
+    EMBER_CHECK(t->sizes() == Shape{rows} && t->dtype() == stats_dtype(x.dtype()) && t->is_contiguous(),
+                ValueError, "[", op, "] mean and rstd must be contiguous ", stats_dtype(x.dtype()), " [",
+                rows, "] (the forward's), got ", t->dtype(), " ", t->sizes());
+  check_affine(weight, "weight", x, ns);
   LayerNormBackward out;
   if (needs[0]) out.dx = detail::make_tensor(x.sizes(), x.dtype(), x.device());
   if (needs[1] && weight.defined()) out.dweight = detail::make_tensor(ns, x.dtype(), x.device());

@@ -36,6 +36,13 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 void set_conv_winograd(bool allow);
 bool conv_winograd();
 
+// The most workspace a cuDNN convolution algorithm may take, in bytes (default 1 GiB, or
+// EMBER_CUDNN_WORKSPACE_LIMIT_MB). cuDNN's heuristics rank the algorithms; a CUDA convolution
+// runs the first one whose workspace is under this limit and can be allocated, so a nearly
+// full card falls back to a leaner algorithm instead of failing. Negative: no limit.
+void set_cudnn_workspace_limit(int64_t bytes);
+int64_t cudnn_workspace_limit();
+
 // x [N, C, H, W], weight [O, C / groups, kH, kW], bias [O] or undefined -> [N, O, Ho, Wo].
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);
 // Gradients of conv2d given grad [N, O, Ho, Wo]: w.r.t. the input (of shape input_sizes),
