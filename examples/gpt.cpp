@@ -121,7 +121,9 @@ int generate(const Config& cfg) {
 int train(const Config& cfg) {
   const int world = cfg.ddp ? distributed::world_size() : 1;
   const int rank = cfg.ddp ? distributed::rank() : 0;
-  const Device dev = cfg.device == "cuda" ? Device::cuda(cfg.ddp ? distributed::local_rank() : 0) : Device::cpu();
+  // --ddp: distributed owns the choice of this rank's GPU (the one its NCCL group is on).
+  const DeviceType kind = cfg.device == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
+  const Device dev = cfg.ddp ? distributed::local_device(kind) : Device(kind, 0);
   manual_seed(cfg.seed);
 
   // ---- model, shapes, optimizer ----
@@ -161,10 +163,12 @@ int train(const Config& cfg) {
   optim::WarmupCosineLR schedule(opt, std::min(cfg.warmup_steps, cfg.steps - 1), cfg.steps, min_lr);
   std::unique_ptr<distributed::DistributedDataParallel> ddp;
   if (cfg.ddp) ddp = std::make_unique<distributed::DistributedDataParallel>(model);
-  auto mean_over_ranks = [&](double v) {
-    if (!ddp) return v;
-    Tensor t = full({}, v, DType::f64);
-    ddp->process_group().all_reduce(t, distributed::ReduceOp::avg);
+  // The mean over the ranks of a scalar on `dev` (what rank 0 prints covers every rank). It is
+  // reduced where it lives, on the group of the model's device (NCCL takes CUDA tensors only),
+  // in f64 like the values read from it; item() is the one host sync.
+  auto mean_over_ranks = [&](const Tensor& v) {
+    Tensor t = v.detach().to(DType::f64).clone();
+    if (ddp) ddp->process_group().all_reduce(t, distributed::ReduceOp::avg);
     return t.item<double>();
   };
   const bool use_amp = cfg.amp != "off";
@@ -227,11 +231,11 @@ int train(const Config& cfg) {
     NoGradGuard no_grad;
     model.eval();
     val_data->reset();
-    double sum = 0;
+    Tensor sum = zeros({}, TensorOptions(DType::f64).device(dev));  // on the device: no sync per batch
     for (int64_t i = 0; i < cfg.eval_steps; ++i) {
       auto [x, y] = val_data->next();
       amp::autocast ac(dev, amp_dtype, use_amp);
-      sum += model.forward(x.to(dev, true), y.to(dev, true)).item<double>();
+      sum += model.forward(x.to(dev, true), y.to(dev, true)).to(DType::f64);
     }
     model.train();
     return mean_over_ranks(sum / double(cfg.eval_steps));
@@ -329,7 +333,7 @@ int train(const Config& cfg) {
     schedule.step();  // the next step's lr (a capturable AdamW's device lr is written too)
     ++step;
     const double grad_norm = grad_norm_t.item<double>();
-    const double loss = mean_over_ranks(loss_sum.item<double>());  // syncs the step
+    const double loss = mean_over_ranks(loss_sum);  // syncs the step
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     train_seconds += seconds;
     ++trained_steps;
@@ -460,7 +464,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (cfg.ddp) {
-    distributed::init();
+    // NCCL only where the model is: a CPU run needs no communicator (nor a GPU per rank).
+    distributed::init({.nccl = cfg.device == "cuda"});
     if (distributed::rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) return 1;
     return distributed::abort_on_error([&] {
       const int rc = train(cfg);

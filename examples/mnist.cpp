@@ -109,13 +109,12 @@ Eval evaluate(Classifier& model, const data::Dataset& split, Device dev) {
 }
 
 int run(const Config& cfg) {
-  // --ddp: one process per rank (mpirun -np N), one GPU per rank chosen by its local rank.
+  // --ddp: one process per rank (mpirun -np N), one GPU per rank: distributed owns that choice
+  // (the GPU its NCCL group is on; see Note [device choice] in ember/distributed/init.h).
   const int world = cfg.ddp ? distributed::world_size() : 1;
   const int rank = cfg.ddp ? distributed::rank() : 0;
-  const Device dev = cfg.device != "cuda" ? Device::cpu()
-                     : cfg.ddp && cuda::is_available()
-                         ? Device::cuda(distributed::local_rank() % cuda::device_count())
-                         : Device::cuda(0);
+  const DeviceType kind = cfg.device == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
+  const Device dev = cfg.ddp ? distributed::local_device(kind) : Device(kind, 0);
   manual_seed(cfg.seed);
 
   // ---- data ----
@@ -154,7 +153,9 @@ int run(const Config& cfg) {
     ddp = std::make_unique<distributed::DistributedDataParallel>(*model);
   }
   const int64_t rank_batch = cfg.batch_size / world;  // this rank's share of a batch
-  // The sum over the ranks of a running metric (what rank 0 prints covers every rank).
+  // The sum over the ranks of a running metric on `dev` (what rank 0 prints covers every
+  // rank), reduced where it lives, on the group of the model's device (NCCL takes CUDA tensors
+  // only); the caller's item() is the one host sync.
   auto global_sum = [&](const Tensor& t) {
     if (!ddp) return t;
     Tensor s = t.clone();
@@ -435,8 +436,9 @@ int main(int argc, char** argv) {
   ember::set_deterministic(cfg.deterministic);
   if (cfg.ddp) {
     // Any failure ends the whole job instead of leaving the other ranks waiting in a
-    // collective (Note [distributed failures]); ranks other than 0 print nothing.
-    distributed::init();
+    // collective (Note [distributed failures]); ranks other than 0 print nothing. NCCL only
+    // where the model is: a CPU run needs no communicator (nor a GPU per rank).
+    distributed::init({.nccl = cfg.device == "cuda"});
     if (distributed::rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) return 1;
     return distributed::abort_on_error([&] {
       const int rc = run(cfg);

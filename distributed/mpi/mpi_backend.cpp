@@ -4,11 +4,14 @@
 // - Only the group's worker thread calls MPI on the group's communicator (a duplicate of
 //   MPI_COMM_WORLD), in the order collectives were issued, so an async collective overlaps the
 //   caller's computation (DDP's backward) and MPI_THREAD_SERIALIZED would suffice. The main
-//   thread uses MPI_COMM_WORLD only for init, the NCCL id broadcast, finalize and abort.
+//   thread uses MPI_COMM_WORLD only for init, the NCCL id broadcast, finalize and abort
+//   (MPI_Abort only under MPI_THREAD_MULTIPLE: abort() may come from any thread, see
+//   mpi_abort()).
 // - f16/bf16 reductions convert to f32, reduce, and round once (correctness over bandwidth).
 // - avg = sum, then a division by the group size in the reduction's compute type.
 // - Counts above INT_MAX: all_reduce and broadcast go in chunks; all_gather and reduce_scatter
 //   refuse with a clear error.
+#include <atomic>
 #include <climits>
 #include <condition_variable>
 #include <cstring>
@@ -44,16 +47,25 @@ void throw_mpi_error(const char* call, int code, const char* file, int line) {
 
 bool mpi_built() { return true; }
 
+namespace {
+// The thread level MPI provides (MPI_Init_thread's answer, or MPI_Query_thread's when the
+// program initialized MPI itself); mpi_abort() reads it from any thread.
+std::atomic<int> g_thread_level{MPI_THREAD_SINGLE};
+}  // namespace
+
 void mpi_init(int& rank, int& size) {
   int initialized = 0;
   EMBER_MPI_CHECK(MPI_Initialized(&initialized));
+  int provided = 0;
   if (!initialized) {
-    int provided = 0;
     EMBER_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
     EMBER_CHECK(provided >= MPI_THREAD_SERIALIZED, distributed::DistributedError,
                 "[distributed.init] this MPI provides thread level ", provided,
                 " but ember needs at least MPI_THREAD_SERIALIZED (", int(MPI_THREAD_SERIALIZED), ")");
+  } else {
+    EMBER_MPI_CHECK(MPI_Query_thread(&provided));
   }
+  g_thread_level = provided;
   EMBER_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   EMBER_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   EMBER_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
@@ -70,8 +82,11 @@ void mpi_finalize() {
   if (mpi_running()) EMBER_MPI_CHECK(MPI_Finalize());
 }
 
+// Below MPI_THREAD_MULTIPLE, MPI_Abort from a thread other than the one inside MPI (the NCCL
+// watchdog, while the MPI group's worker waits in a collective) is undefined; the caller's
+// std::_Exit ends this rank instead, and mpirun ends the job (backends.h).
 void mpi_abort(int code) noexcept {
-  if (mpi_running()) MPI_Abort(MPI_COMM_WORLD, code);
+  if (g_thread_level >= MPI_THREAD_MULTIPLE && mpi_running()) MPI_Abort(MPI_COMM_WORLD, code);
 }
 
 void mpi_broadcast_bytes(void* data, size_t nbytes, int root) {

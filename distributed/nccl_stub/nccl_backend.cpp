@@ -6,7 +6,9 @@ namespace ember::distributed::detail {
 
 bool nccl_built() { return false; }
 void select_cuda_device(int) {}
-std::shared_ptr<ProcessGroup> make_nccl_group(int, int, int, const std::function<void(void*, size_t)>&) {
+CudaDeviceIdentity cuda_device_identity(int) { return {}; }
+std::shared_ptr<ProcessGroup> make_nccl_group(int, int, int, const std::function<void(void*, size_t)>&,
+                                              std::chrono::milliseconds) {
   throw DistributedError(
       "[distributed] the NCCL process group needs a CUDA build of ember with NCCL (found under the "
       "CUDA toolkit or NCCL_ROOT); this build has none");

@@ -6,8 +6,10 @@
 //                           its bucket's pending count drops; at zero the bucket is ready;
 //   launch_ready()       -> ready buckets start in index order (never out of order: the
 //                           collectives must line up across ranks);
-//   finalize()           -> after the last launch: wait every bucket, write the averages back
-//                           into .grad(), reset the counts for the next backward.
+//   finalize()           -> after the last launch: wait every bucket (stream-ordered on NCCL:
+//                           the host goes on while the reductions run), write the averages
+//                           back into .grad() (queued after them), reset the counts for the
+//                           next backward.
 // `active` is true from the first slot filled to finalize(): a parameter whose slot is filled
 // twice while active means the previous backward never completed its reduction.
 #include "ember/distributed/ddp.h"

@@ -23,6 +23,11 @@
 // - The hook that completes the last bucket waits for all of them and writes the averaged
 //   gradients back into .grad(): when backward() returns, .grad() holds the average over the
 //   ranks of each rank's gradient (engine-independent: no end-of-backward callback needed).
+//   On CUDA (NCCL) that wait is stream-ordered: the copies into .grad() and everything the
+//   caller queues next (the optimizer step) run after the reductions on the current stream,
+//   but the host does not wait for them, so backward() returns while they run; NCCL failures
+//   surface at the next wait or through the group's watchdog (Note [distributed failures]).
+//   On the CPU (MPI) the host waits.
 // - Inside a no_sync() scope gradients only accumulate locally; the first backward after it
 //   reduces the accumulated gradients.
 // - A parameter without a gradient keeps its bucket from completing. With

@@ -15,8 +15,12 @@
 //   and all_gather move bytes and take every dtype. avg on integers truncates (as NCCL).
 //   MPI reduces f16/bf16 through f32 (one rounding at the end).
 // - An async collective returns a Work at once; the tensors must not be touched until
-//   wait() returns. wait() rethrows the collective's failure as DistributedError and fails
-//   after the group's timeout instead of hanging (Note [distributed failures] in init.h).
+//   wait() returns. MPI: wait() blocks the host until the collective finished, rethrows its
+//   failure as DistributedError, and fails after the group's timeout instead of hanging.
+//   NCCL: wait() is stream-ordered (as PyTorch's): work queued on the caller's current stream
+//   afterwards runs after the collective, and the host goes on at once; it rethrows a failure
+//   NCCL already reported, and a collective that fails or hangs later ends the job after the
+//   timeout (Note [distributed failures] in init.h).
 // - Every failing MPI/NCCL call becomes a DistributedError naming the call and the rank.
 #pragma once
 
@@ -44,7 +48,8 @@ class Work {
   // Blocks until the collective finished (for NCCL: until the caller's current stream is
   // ordered after it, the host does not wait for the GPU); rethrows its failure. Idempotent.
   virtual void wait() = 0;
-  // True once the collective finished (successfully or not); never blocks.
+  // True once the collective finished (successfully or not) on the host or the device;
+  // never blocks.
   virtual bool is_completed() = 0;
 };
 using WorkPtr = std::shared_ptr<Work>;

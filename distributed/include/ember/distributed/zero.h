@@ -20,6 +20,12 @@
 //   slice back into the parameters. The result equals optim::AdamW on the averaged gradient
 //   (AdamW is elementwise, and every element has the same step count).
 // - The gradients are left as they were (the averaged gradient lives only in the shard).
+// - state_dict() is collective (every rank calls it: the shards are all-gathered) and returns
+//   the whole optimizer state in optim::AdamW's layout over the same parameters
+//   (state.<i>.step / exp_avg / exp_avg_sq [/ master] with each parameter's shape,
+//   param_groups.0.*), the same on every rank: a ZeRO checkpoint loads into plain AdamW and
+//   back, and into ZeRO over any number of ranks. load_state_dict() takes that layout on every
+//   rank and keeps this rank's slice; it validates everything before changing anything.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +34,7 @@
 
 #include "ember/distributed/process_group.h"
 #include "ember/optim/adam.h"
+#include "ember/state_dict.h"
 
 namespace ember::distributed {
 
@@ -42,6 +49,9 @@ class ZeroRedundancyOptimizer {
 
   void step();
   void zero_grad(bool set_to_none = true);
+  // Collective: see the file comment.
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
   double lr() const;
   void set_lr(double lr);
   const std::vector<Tensor>& parameters() const { return params_; }
