@@ -8,7 +8,7 @@
 #   bench_gpt --preset gpt2-small --device cuda --amp bf16 -B 16 -T 1024   (eager torch peer)
 #   the same with --compile                                                (torch.compile peer)
 #   bench_mnist --device cuda (mlp, mlp --cuda-graph, cnn), bench_matmul, bench_bandwidth,
-#   bench_allocator.
+#   bench_allocator, bench_pathological.
 # The Python is --python, else $EMBER_PYTHON, else the first of python3 and /usr/bin/python3
 # that imports torch (the GPU machine's own PyTorch; Debian's python3-torch on a CPU machine).
 #
@@ -76,7 +76,7 @@ if [[ $mode == gpu ]]; then
   run "$bin/bench_mnist" --device cuda --model mlp --cuda-graph --python "$python"
   run "$bin/bench_mnist" --device cuda --model cnn --python "$python"
   run "$bin/bench_matmul" --python "$python"
-  for b in bench_bandwidth bench_allocator; do [[ -x "$bin/$b" ]] && run "$bin/$b"; done
+  for b in bench_bandwidth bench_allocator bench_pathological; do [[ -x "$bin/$b" ]] && run "$bin/$b"; done
 else
   for b in "$bin"/bench_*; do
     [[ -x "$b" && -f "$b" ]] || continue

@@ -168,6 +168,28 @@ TEST(GraphedStep, WarmUpCallsRunTheStepEagerly) {
     EXPECT_THROW(step(), Error);
     EXPECT_FALSE(step.is_captured());
   }
+  EXPECT_THROW(cuda::GraphedStep([] {}, cuda::GraphedStepOptions{.warmup_steps = -1}), ValueError);
+}
+
+// Each call returns the step's results (a Tensor or a TensorList): that is where the caller
+// reads them, before and after the capture.
+TEST(GraphedStep, CallsReturnTheStepsResults) {
+  int runs = 0;
+  cuda::GraphedStep single([&] { return full({1}, double(++runs)); }, 2);
+  EXPECT_EQ(single()[0].item<double>(), 1.0);
+  EXPECT_EQ(single()[0].item<double>(), 2.0);
+  const TensorList eager = single.step();
+  ASSERT_EQ(eager.size(), 1u);
+  EXPECT_EQ(eager[0].item<double>(), 3.0);
+  cuda::GraphedStep multi([] { return TensorList{ones({2}), zeros({3})}; },
+                          cuda::GraphedStepOptions{.warmup_steps = 1});
+  const TensorList out = multi();
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].sizes(), Shape({2}));
+  EXPECT_EQ(out[1].sizes(), Shape({3}));
+  if (!cuda::is_available()) {
+    EXPECT_THROW(multi(), Error);  // the capturing call
+  }
 }
 
 // The issue's acceptance test for whole-step CUDA graphs: cuda::GraphedStep captures one full
@@ -211,6 +233,72 @@ TEST(CapturableStepCuda, WholeStepGraphReplaysTheEagerLosses) {
     if (k == 3) continue;  // the inf batch: both non-finite
     EXPECT_NEAR(graphed[k], eager[k], 1e-5 * std::abs(eager[k])) << "step " << k;
   }
+}
+
+// Issue 18, items 6 and 9. A step graphed over a model with matmuls, with an eager step()
+// between replays: the losses the calls return (and the loss tensor the caller keeps, and
+// the parameters' gradients) keep following the replays after it, equal to the same model
+// trained eagerly; they used to freeze at the eager step's values. And once the graph, the
+// model and the optimizer are gone, reserved memory is back to what it was before the
+// capture: the capture's cuBLASLt workspace used to be kept by a process-wide map, which
+// held the graph's private pool forever.
+TEST(GraphedStepCuda, EagerStepBetweenReplaysAndTheGraphsMemoryIsReturned) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda();
+  const TensorOptions f32 = TensorOptions(DType::f32).device(dev);
+  constexpr int kSteps = 9, kEagerStep = 5;  // warm-up 0-1, capture 2, replays, eager at 5
+  struct Trace {
+    std::vector<double> losses;
+    std::vector<Tensor> w1_grads;
+  };
+  auto run = [&](bool graphed) {
+    Mlp m(dev, 11);
+    optim::AdamW opt(m.params(), {.lr = 1e-2, .capturable = true});
+    Tensor x_static = zeros({16, 4}, f32), y_static = zeros({16, 2}, f32);
+    auto step = [&] {
+      opt.zero_grad();
+      Tensor loss = m.loss(x_static, y_static);
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+    cuda::GraphedStep graphed_step(step, {.warmup_steps = 2, .parameters = m.params()});
+    Trace t;
+    Tensor held;  // the graph's loss output, kept across calls as a caller might
+    for (int k = 0; k < kSteps; ++k) {
+      auto [x, y] = batch(10 + k, dev);
+      x_static.copy_(x);
+      y_static.copy_(y);
+      Tensor loss = !graphed ? step() : k == kEagerStep ? graphed_step.step()[0] : graphed_step()[0];
+      if (graphed && k == 2) held = loss;
+      if (graphed && k >= 2) {
+        EXPECT_TRUE(loss.is_same(held) || loss.data_ptr() == held.data_ptr()) << "step " << k;
+        EXPECT_EQ(held.item<double>(), loss.item<double>()) << "step " << k;
+      }
+      t.losses.push_back(loss.item<double>());
+      t.w1_grads.push_back(m.w1.grad().cpu());
+    }
+    return t;
+  };
+  {  // warm-up outside the measurement: kernels, the default stream's cuBLASLt workspace
+    (void)run(false);
+  }
+  cuda::synchronize();
+  cuda::empty_cache();
+  const int64_t reserved_before = cuda::memory_reserved(0);
+  const Trace eager = run(false), graphed = run(true);
+  cuda::synchronize();
+  cuda::empty_cache();
+  EXPECT_EQ(cuda::memory_reserved(0), reserved_before)
+      << "the graph's pool was not released:\n" << cuda::memory_summary(0);
+  for (int k = 0; k < kSteps; ++k) {
+    EXPECT_NEAR(graphed.losses[size_t(k)], eager.losses[size_t(k)], 1e-5 * std::abs(eager.losses[size_t(k)]))
+        << "step " << k;
+    EXPECT_TRUE(all_close(graphed.w1_grads[size_t(k)], eager.w1_grads[size_t(k)], 1e-5, 1e-6)) << "step " << k;
+  }
+  // The replays after the eager step did move on.
+  EXPECT_NE(graphed.losses[kEagerStep + 1], graphed.losses[kEagerStep + 2]);
+  EXPECT_NE(graphed.losses[kEagerStep], graphed.losses[kEagerStep + 1]);
 }
 
 }  // namespace

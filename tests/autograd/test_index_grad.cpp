@@ -68,7 +68,7 @@ TEST(IndexGrad, IndexSelect) {
   // Explicit values: row 3 was picked three times.
   Tensor y = zeros({4, 2}, DType::f64).requires_grad_();
   index_select(y, 0, tensor<int64_t>({3, 0, 3, 3})).backward(ones({4, 2}, DType::f64));
-  EXPECT_TRUE(test::all_close(y.grad(), {1, 1, 0, 0, 0, 0, 3, 3}, 0, 0));
+  EXPECT_TRUE(test::all_close(y.grad(), {4, 2}, {1, 1, 0, 0, 0, 0, 3, 3}, 0, 0));
 }
 
 TEST(IndexGrad, GatherAndScatterAdd) {
@@ -93,7 +93,7 @@ TEST(IndexGrad, Embedding) {
   Tensor ids = tensor<int64_t>({2, 0, 2, 2}, {2, 2});
   Tensor g = tensor<float>({1, 2, 3, 4, 5, 6, 7, 8}, {2, 2, 2});
   embedding(v, ids).backward(g);
-  EXPECT_TRUE(test::all_close(v.grad(), {3, 4, 0, 0, 1 + 5 + 7, 2 + 6 + 8, 0, 0}, 0, 0));
+  EXPECT_TRUE(test::all_close(v.grad(), {4, 2}, {3, 4, 0, 0, 1 + 5 + 7, 2 + 6 + 8, 0, 0}, 0, 0));
 }
 
 TEST(IndexGrad, TrilTriu) {
@@ -213,4 +213,4 @@ TEST_P(IndexGradDevices, MatchCpuAndAreDeterministic) {
   EXPECT_TRUE(test::all_close(grads_on(dev, {d}, cot, drop)[0], grads_on(Device::cpu(), {d}, cot, drop)[0], 0, 0));
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, IndexGradDevices, ::testing::ValuesIn(test::test_devices()), test::device_label);
+INSTANTIATE_TEST_SUITE_P(Cuda, IndexGradDevices, ::testing::ValuesIn(test::cuda_devices()), test::device_label);

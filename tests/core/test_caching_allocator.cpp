@@ -36,6 +36,8 @@ struct MockState {
   };
   std::map<void*, Event*> events;
   int events_created = 0;
+  std::set<void*> dead_streams;  // recording on these throws (a destroyed stream)
+  int queries_until_failure = -1;  // >= 0: that many event queries answer, the next throws
 
   // All events recorded on `stream` so far complete (the stream's queued work finished).
   void finish(void* s) {
@@ -92,12 +94,18 @@ class MockBackend final : public CA::Backend {
   }
   void event_record(CA::EventHandle h, CA::StreamHandle stream) override {
     std::lock_guard<std::mutex> lock(s_->mutex);
+    if (s_->dead_streams.count(stream)) throw DeviceError("[mock] invalid resource handle");
     auto* e = s_->events.at(h);
     e->stream = stream;
     e->done = false;
   }
   bool event_query(CA::EventHandle h) override {
     std::lock_guard<std::mutex> lock(s_->mutex);
+    if (s_->queries_until_failure == 0) {
+      s_->queries_until_failure = -1;
+      throw DeviceError("[mock] event query failed");
+    }
+    if (s_->queries_until_failure > 0) --s_->queries_until_failure;
     return s_->events.at(h)->done;
   }
   void event_synchronize(CA::EventHandle h) override {
@@ -537,4 +545,105 @@ TEST_F(CachingAllocatorTest, ThreadsAllocateAndFreeConcurrently) {
   alloc->empty_cache();
   EXPECT_EQ(stats().reserved_bytes, 0);
   EXPECT_TRUE(mock->live.empty());
+}
+
+// Issue 18, item 5: freeing a block whose use stream cannot take an event (a stream destroyed
+// behind the allocator's back) used to leave the block in no pool: its segment was never
+// freed. Now the free waits for the device instead, returns the block, and still reports.
+TEST_F(CachingAllocatorTest, AFailedEventRecordStillReturnsTheBlockToItsPool) {
+  void* const kDead = reinterpret_cast<void*>(0x4000);
+  mock->stream = kStreamA;
+  void* a = alloc->allocate(4096);
+  void* b = alloc->allocate(4096);  // a second stream use that does record fine
+  alloc->record_stream(a, kStreamB);
+  alloc->record_stream(a, kDead);
+  mock->dead_streams.insert(kDead);
+  const int syncs_before = mock->syncs;
+  EXPECT_THROW(alloc->free(a), DeviceError);
+  EXPECT_GT(mock->syncs, syncs_before);  // the device-wide wait replaced the missing event
+  EXPECT_EQ(stats().allocated_bytes, 512 * 8);
+  // The event recorded on B (if any) completed with that wait: the block is reusable.
+  EXPECT_EQ(alloc->allocate(4096), a);
+  alloc->free(a);
+  alloc->free(b);
+  alloc->empty_cache();
+  EXPECT_EQ(stats().reserved_bytes, 0);
+  EXPECT_TRUE(mock->live.empty());
+  // The same through deallocate (Storage's destructor): reported on stderr, not thrown.
+  void* c = alloc->allocate(4096);
+  alloc->record_stream(c, kDead);
+  testing::internal::CaptureStderr();
+  alloc->deallocate(c, 4096);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("invalid resource handle"), std::string::npos);
+  EXPECT_EQ(alloc->allocate(4096), c);
+  alloc->free(c);
+}
+
+// A query that throws halfway through the pending events leaves the rest pending, and none
+// is counted twice: every event is destroyed exactly once and every segment is returned.
+TEST_F(CachingAllocatorTest, AFailingEventQueryLeavesThePendingEventsConsistent) {
+  mock->stream = kStreamA;
+  std::vector<void*> blocks;
+  for (int i = 0; i < 3; ++i) {
+    blocks.push_back(alloc->allocate(4096));
+    alloc->record_stream(blocks.back(), kStreamB);
+  }
+  for (void* p : blocks) alloc->free(p);
+  mock->finish(kStreamB);
+  mock->queries_until_failure = 1;  // the first pending event completes, the second query throws
+  EXPECT_THROW(alloc->allocate(4096), DeviceError);
+  EXPECT_EQ(mock->mallocs, 1);
+  // The next allocation processes every event once: three blocks back, merged into one free
+  // segment (a second pass over a stale entry would free a block twice or not at all).
+  std::set<void*> got;
+  for (int i = 0; i < 3; ++i) got.insert(alloc->allocate(4096));
+  EXPECT_EQ(got, std::set<void*>(blocks.begin(), blocks.end()));
+  EXPECT_EQ(mock->mallocs, 1);
+  for (void* p : got) alloc->free(p);
+  alloc->empty_cache();
+  EXPECT_EQ(stats().reserved_bytes, 0);
+  testing::internal::CaptureStderr();
+  alloc.reset();
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");  // no event destroyed twice
+  EXPECT_TRUE(mock->events.empty());
+}
+
+// Issue 18, item 11: on out of memory, waiting for the pending stream uses can return a block
+// that fits (its segment still holds a live block, so it stays cached). It is found before
+// the second cudaMalloc; it used to end in OutOfMemoryError.
+TEST_F(CachingAllocatorTest, OutOfMemoryFindsABlockItsPendingEventsReturned) {
+  mock->stream = kStreamA;
+  void* a = alloc->allocate(4096);
+  void* keep = alloc->allocate(4096);  // keeps the segment from being released
+  alloc->record_stream(a, kStreamB);
+  alloc->free(a);  // pending on B: not reusable yet
+  void* more = alloc->allocate(CA::kSmallSize);
+  void* rest = alloc->allocate(CA::kSmallBuffer - CA::kSmallSize - 2 * 4096);  // segment full
+  ASSERT_EQ(mock->mallocs, 1);
+  mock->fail_always = true;
+  void* b = nullptr;
+  EXPECT_NO_THROW(b = alloc->allocate(4096));
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(stats().num_alloc_retries, 1);
+  EXPECT_EQ(stats().num_ooms, 0);
+  mock->fail_always = false;
+  for (void* p : {b, keep, more, rest}) alloc->free(p);
+}
+
+// Issue 18, item 12: a request whose rounding to 512 B or to a segment would wrap around is
+// refused before anything is rounded (it used to come back as a tiny block).
+TEST_F(CachingAllocatorTest, AbsurdSizesAreRefusedInsteadOfWrapping) {
+  for (size_t n : {SIZE_MAX, SIZE_MAX - 100, CA::kMaxRequest + 1}) {
+    std::string msg;
+    try {
+      void* p = alloc->allocate(n);
+      ADD_FAILURE() << "allocated " << n << " bytes at " << p;
+    } catch (const OutOfMemoryError& e) {
+      msg = e.what();
+    }
+    EXPECT_NE(msg.find("[allocate]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("mock:0"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(mock->mallocs, 0);
+  EXPECT_EQ(stats().allocated_bytes, 0);
 }

@@ -119,7 +119,7 @@ TEST(CudaStreamGpu, StreamGuardSwitchesAndRestores) {
     EXPECT_EQ(cuda::current_stream(0), a);
   }
   EXPECT_EQ(cuda::current_stream(0), before);
-  // A guard keeps an owned stream alive after its last other handle is gone.
+  // A guard over a temporary Stream (pooled streams outlive every handle).
   {
     cuda::StreamGuard g(cuda::Stream(cuda::StreamOptions{.device = 0}));
     Tensor x = randn({1024}, Device::cuda(0));

@@ -67,6 +67,38 @@ TEST(Factory, Arange) {
   EXPECT_EQ(arange(3, 3).numel(), 0);
   EXPECT_THROW(arange(0, 5, 0), ValueError);
   EXPECT_THROW(arange(5, 0, 1), ValueError);
+  // Integers are exact beyond f64's integers; floating values are start + i * step rounded
+  // once (a fused multiply-add), the formula every device shares.
+  const int64_t big = (int64_t(1) << 53) + 1;
+  EXPECT_EQ(arange(big, big + 3).to_vector<int64_t>(), (std::vector<int64_t>{big, big + 1, big + 2}));
+  const std::vector<double> tenth = arange(0.3, 2.0, 0.1, DType::f64).to_vector<double>();
+  ASSERT_EQ(tenth.size(), 17u);
+  for (size_t i = 0; i < tenth.size(); ++i) EXPECT_EQ(tenth[i], std::fma(double(i), 0.1, 0.3)) << i;
+  EXPECT_THROW(arange(3, DType::b8), DTypeError);
+}
+
+// arange is made on the device, not copied from the host: bit-identical with the CPU in every
+// dtype, and legal inside a graph capture (a host copy would invalidate it).
+TEST(FactoryCuda, ArangeIsMadeOnTheDevice) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda(0);
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i64, DType::i32, DType::u8}) {
+    SCOPED_TRACE(dtype_name(dt));
+    EXPECT_EQ(arange(0, 200, 1, TensorOptions(dt).device(dev)).cpu().to_vector<double>(),
+              arange(0, 200, 1, dt).to_vector<double>());
+    if (is_floating(dt)) {
+      EXPECT_EQ(arange(-1.5, 7.0, 0.37, TensorOptions(dt).device(dev)).cpu().to_vector<double>(),
+                arange(-1.5, 7.0, 0.37, dt).to_vector<double>());
+    }
+  }
+  Tensor y;
+  cuda::Graph g;
+  {
+    cuda::GraphCapture capture(g);
+    y = arange(5, 5 + 64, 1, TensorOptions(DType::i64).device(dev)) * 2;
+  }
+  g.replay();
+  EXPECT_EQ(y.cpu().to_vector<int64_t>(), (arange(5, 69) * 2).to_vector<int64_t>());
 }
 
 TEST(Factory, Linspace) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "support/test_support.h"
@@ -13,6 +14,51 @@ namespace ember::test {
 
 inline int world() { return distributed::world_size(); }
 inline int my_rank() { return distributed::rank(); }
+
+// For a test that compares what several ranks computed: with one rank it would compare a
+// process with itself and pass without testing anything, so it skips and says why (where it
+// runs, or that this build cannot run it at all).
+#define EMBER_SKIP_UNLESS_SEVERAL_RANKS()                                                          \
+  do {                                                                                             \
+    if (::ember::test::world() < 2) {                                                              \
+      if (::ember::distributed::mpi_available())                                                   \
+        GTEST_SKIP() << "world size 1: compares ranks, so it runs under mpirun -np 2 "             \
+                        "(ctest Distributed.mpi_np2)";                                             \
+      else                                                                                         \
+        GTEST_SKIP() << "this build has no MPI (Debian: libopenmpi-dev openmpi-bin): the "         \
+                        "multi-rank DDP and ZeRO tests cannot run";                                \
+    }                                                                                              \
+  } while (0)
+
+// This rank's GPU when its default CUDA group is NCCL's (Note [device choice]); otherwise
+// nullopt and the reason in `why` (no NCCL in this build, no NCCL group, or no GPU of its own:
+// e.g. `mpirun -np 2` on a one-GPU machine, where both ranks would share it).
+inline std::optional<Device> nccl_device(std::string& why) {
+  if (!distributed::nccl_available()) {
+    why = "this build has no NCCL";
+    return std::nullopt;
+  }
+  try {
+    const Device dev = distributed::local_device(DeviceType::CUDA);
+    if (std::string(distributed::default_group(dev)->backend()) != "nccl") {
+      why = "no NCCL group";
+      return std::nullopt;
+    }
+    return dev;
+  } catch (const distributed::DistributedError& e) {
+    why = e.what();
+    return std::nullopt;
+  }
+}
+
+// For a test on this rank's own GPU through its NCCL group: declares `const Device dev`, or
+// skips with the reason (a failure where a GPU is present but the build cannot see it).
+#define EMBER_NCCL_DEVICE_OR_SKIP(dev)                                        \
+  EMBER_SKIP_WITHOUT_CUDA();                                                  \
+  std::string why_##dev;                                                      \
+  const std::optional<Device> opt_##dev = ::ember::test::nccl_device(why_##dev); \
+  if (!opt_##dev) GTEST_SKIP() << why_##dev;                                  \
+  const Device dev = *opt_##dev
 
 // Largest |a - b| over two tensors of one shape (any dtype).
 inline double max_abs_diff(const Tensor& a, const Tensor& b) {

@@ -146,18 +146,15 @@ TEST(Collectives, ClearErrorsBeforeCommunicating) {
 }
 
 TEST(Collectives, CudaGroupRejectsCpuTensors) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  if (!distributed::nccl_available()) GTEST_SKIP() << "this build has no NCCL";
-  auto pg = distributed::default_group(Device::cuda(distributed::local_rank() % cuda::device_count()));
+  EMBER_NCCL_DEVICE_OR_SKIP(dev);
+  auto pg = distributed::default_group(dev);
   EXPECT_STREQ(pg->backend(), "nccl");
   const std::string msg = message_of<DeviceError>([&] { pg->all_reduce(ones({3})); });
   EXPECT_NE(msg.find("nccl process group communicates tensors on cuda"), std::string::npos) << msg;
 }
 
 TEST(Collectives, NcclEveryCollectiveOnOneCard) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  if (!distributed::nccl_available()) GTEST_SKIP() << "this build has no NCCL";
-  const Device dev = Device::cuda(distributed::local_rank() % cuda::device_count());
+  EMBER_NCCL_DEVICE_OR_SKIP(dev);
   auto pg = distributed::default_group(dev);
   for (DType dt : kDtypes)
     for (ReduceOp op : kOps) {

@@ -57,6 +57,7 @@ double ddp_vs_single(DType dtype, double bucket_cap_mb, int steps, MakeOpt make_
 }  // namespace
 
 TEST(DDP, SgdMatchesSingleProcessOnTheFullBatch) {
+  EMBER_SKIP_UNLESS_SEVERAL_RANKS();
   const double diff = ddp_vs_single(DType::f32, 25.0, 5, [](std::vector<Tensor> p) {
     return std::make_unique<optim::SGD>(p, optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
   });
@@ -65,6 +66,7 @@ TEST(DDP, SgdMatchesSingleProcessOnTheFullBatch) {
 }
 
 TEST(DDP, AdamWWithSmallBucketsMatchesSingleProcess) {
+  EMBER_SKIP_UNLESS_SEVERAL_RANKS();
   size_t buckets = 0;
   // 0.0002 MB = 210 bytes: a bucket closes once it holds that much, here after each weight
   // (bias first, reverse order): three buckets.
@@ -75,6 +77,16 @@ TEST(DDP, AdamWWithSmallBucketsMatchesSingleProcess) {
               world(), buckets, diff);
   EXPECT_EQ(buckets, size_t(3));
   EXPECT_LT(diff, 1e-12);
+}
+
+// A world of one (a program run with --ddp but without mpirun) trains exactly as without DDP:
+// the averaging over one rank and the bucket copies must leave every bit as it was.
+TEST(DDP, WorldOfOneTrainsBitForBitAsWithoutDdp) {
+  if (world() != 1) GTEST_SKIP() << "a world of one: runs in the single-process run (Distributed.single)";
+  const double diff = ddp_vs_single(DType::f32, 0.0002, 4, [](std::vector<Tensor> p) {
+    return std::make_unique<optim::AdamW>(p, optim::AdamWOptions{.lr = 1e-2});
+  });
+  EXPECT_EQ(diff, 0.0);
 }
 
 TEST(DDP, BucketsFollowReverseRegistrationOrder) {
@@ -89,6 +101,7 @@ TEST(DDP, BucketsFollowReverseRegistrationOrder) {
 }
 
 TEST(DDP, NoSyncAccumulatesLocallyThenEqualsTheLargerBatch) {
+  EMBER_SKIP_UNLESS_SEVERAL_RANKS();
   const int64_t rows = kPerRank * world();
   manual_seed(5);
   Mlp net;
@@ -137,6 +150,7 @@ struct Branchy : nn::Module {
 }  // namespace
 
 TEST(DDP, FindUnusedParametersAveragesWhatEachRankUsed) {
+  EMBER_SKIP_UNLESS_SEVERAL_RANKS();
   const int64_t rows = kPerRank * world();
   manual_seed(9);
   Branchy net;
@@ -198,7 +212,7 @@ TEST(DDP, UnusedParameterWithoutTheOptionIsAClearError) {
 }
 
 TEST(DDP, MismatchedParameterShapesFailOnEveryRank) {
-  if (world() < 2) GTEST_SKIP() << "needs two ranks (mpirun -np 2)";
+  EMBER_SKIP_UNLESS_SEVERAL_RANKS();
   struct Odd : nn::Module {
     nn::Linear fc;
     explicit Odd(int64_t out) : fc(4, out) { register_module("fc", fc); }
@@ -219,9 +233,7 @@ TEST(DDP, HooksOutliveTheWrapperHarmlessly) {
 }
 
 TEST(DDP, NcclStepOnOneCard) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  if (!distributed::nccl_available()) GTEST_SKIP() << "this build has no NCCL";
-  const Device dev = Device::cuda(distributed::local_rank() % cuda::device_count());
+  EMBER_NCCL_DEVICE_OR_SKIP(dev);
   const int64_t rows = kPerRank * world();
   manual_seed(100);
   Mlp ref;

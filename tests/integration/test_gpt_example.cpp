@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ember/cuda.h"
+#include "support/test_support.h"
 
 #ifndef EMBER_BIN_DIR
 #error "EMBER_BIN_DIR must name the folder holding gpt"
@@ -165,6 +166,33 @@ TEST_F(GptExample, CudaGraphRunMatchesTheEagerRun) {
   ASSERT_EQ(eager.size(), 10u);
   ASSERT_EQ(graphed.size(), eager.size());
   for (size_t k = 0; k < eager.size(); ++k) EXPECT_NEAR(graphed[k], eager[k], 1e-4 * std::abs(eager[k])) << "step " << k + 1;
+}
+
+// `gpt --ddp --device cuda` in a world of one (no launcher: one rank, an NCCL group of one on
+// cuda:0): the NCCL path end to end (DDP's buckets and stream-ordered waits, the loss and the
+// validation loss averaged over the ranks on the GPU), with losses equal to the plain run's.
+// Before the fixes of issue 18 it died at step 1 (a CPU scalar all-reduced on the NCCL group,
+// and cudaErrorNotReady left latched by polling a collective). GPU only.
+TEST_F(GptExample, DdpOnOneCardMatchesThePlainRun) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  auto run = [&](const std::string& flags, const std::string& name, std::string* output) {
+    const fs::path out = root_ / name;
+    ProcessResult r = run_gpt(common(out) + "--device cuda --steps 8 " + flags);
+    EXPECT_EQ(r.status, 0) << r.output;
+    *output = r.output;
+    std::vector<double> v;
+    for (const std::string& row : train_losses(out / "metrics.csv")) v.push_back(std::stod(row.substr(row.find(':') + 1)));
+    return v;
+  };
+  std::string plain_out, ddp_out;
+  const std::vector<double> plain = run("", "plain", &plain_out), ddp = run("--ddp", "ddp", &ddp_out);
+  ASSERT_EQ(plain.size(), 8u) << plain_out;
+  ASSERT_EQ(ddp.size(), plain.size()) << ddp_out;
+  for (size_t k = 0; k < plain.size(); ++k) EXPECT_NEAR(ddp[k], plain[k], 1e-4 * std::abs(plain[k])) << "step " << k + 1;
+  EXPECT_EQ(result_number(ddp_out, "ranks"), 1.0) << ddp_out;
+  const double val_plain = result_number(plain_out, "val_loss"), val_ddp = result_number(ddp_out, "val_loss");
+  ASSERT_TRUE(std::isfinite(val_plain)) << plain_out;
+  EXPECT_NEAR(val_ddp, val_plain, 1e-4 * std::abs(val_plain)) << ddp_out;
 }
 
 TEST_F(GptExample, BadFlagsAndFilesAreNamed) {

@@ -167,4 +167,33 @@ TEST_F(MnistExample, CudaGraphRunMatchesTheEagerRun) {
   for (size_t k = 0; k < eager.size(); ++k) EXPECT_NEAR(graphed[k], eager[k], 1e-5 * std::abs(eager[k])) << "row " << k;
 }
 
+// `mnist --ddp --device cuda` in a world of one (no launcher: one rank, an NCCL group of one on
+// the rank's GPU chosen by distributed::local_device): DDP's all-reduces, stream-ordered waits
+// and the metrics summed over the ranks on the GPU, with every logged mean training loss equal
+// to the plain run's. Before issue 18's item 1 the first launch after a polled collective threw
+// cudaErrorNotReady. GPU only.
+TEST_F(MnistExample, DdpOnOneCardMatchesThePlainRun) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  auto mean_losses = [&](const std::string& flags, const std::string& out) {
+    const fs::path dir = root_ / out;
+    ProcessResult r = run_mnist(common() + "--device cuda --epochs 1 --log-every 1 --out " + dir.string() + " " + flags);
+    EXPECT_EQ(r.status, 0) << r.output;
+    std::ifstream csv(dir / "metrics.csv");
+    std::string line;
+    std::getline(csv, line);  // header
+    std::vector<double> losses;
+    while (std::getline(csv, line)) {
+      std::stringstream row(line);
+      std::string field;
+      for (int col = 0; col <= 2; ++col) std::getline(row, field, ',');
+      losses.push_back(std::stod(field));
+    }
+    return losses;
+  };
+  const std::vector<double> plain = mean_losses("", "plain"), ddp = mean_losses("--ddp", "ddp");
+  ASSERT_EQ(plain.size(), 10u);
+  ASSERT_EQ(ddp.size(), plain.size());
+  for (size_t k = 0; k < plain.size(); ++k) EXPECT_NEAR(ddp[k], plain[k], 1e-5 * std::abs(plain[k])) << "row " << k;
+}
+
 }  // namespace

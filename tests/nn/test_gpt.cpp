@@ -3,6 +3,7 @@
 // loss over the real vocabulary and every parameter gradient match in f64. Then the KV-cache
 // path against the full forward, generation, recompute (checkpointed blocks) against the plain
 // graph, the parameter counts nanoGPT and llm.c print for gpt2-small, and the optimizer groups.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -175,7 +176,105 @@ TEST(GPT, GenerateSamplesReproduciblyWithinTopK) {
   EXPECT_EQ(s1.sizes(), (Shape{11}));
   g1.manual_seed(5);
   EXPECT_EQ(model.generate(prompt, 8, 2.0, 5, &g1).to_vector<int64_t>(), s2.to_vector<int64_t>());
-  for (int64_t t : s2b.to_vector<int64_t>()) EXPECT_LT(t, 29);  // never a padded token
+  // Every sampled token is among the 5 largest logits of its context (recomputed by the full
+  // forward), and never a padded one.
+  for (const Tensor& s : {s1, s2, s2b}) {
+    const std::vector<int64_t> seq = s.to_vector<int64_t>();
+    for (size_t t = 3; t < seq.size(); ++t) {
+      NoGradGuard ng;
+      Tensor ctx = tensor<int64_t>(std::vector<int64_t>(seq.begin(), seq.begin() + int64_t(t)), {1, int64_t(t)});
+      const std::vector<double> logits =
+          model.forward(ctx).select(1, int64_t(t) - 1).narrow(1, 0, 29).to(DType::f64).to_vector<double>();
+      ASSERT_LT(seq[t], 29);
+      int64_t larger = 0;  // logits above the sampled token's: < 5 means it is in the top 5
+      for (double l : logits) larger += l > logits[size_t(seq[t])];
+      EXPECT_LT(larger, 5) << "position " << t << " token " << seq[t];
+    }
+  }
+}
+
+// The distribution generate() samples from, checked statistically: for each (temperature,
+// top_k), 6000 one-token samples from one context against softmax(logits / temperature) over
+// the top_k largest logits (a chi-square test at a 1e-4 false-alarm rate; the generator is
+// seeded, so the outcome is fixed). Tokens outside the top_k never appear. The head's
+// weights are scaled so that the logits spread over several units and a wrong temperature or
+// cut changes the distribution far beyond sampling noise.
+TEST(GPT, GenerateSamplesSoftmaxOfLogitsOverTemperatureWithinTopK) {
+  Generator init(31);
+  nn::GPT model(small_config(), &init);
+  model.eval();
+  const int64_t V = 29, kRows = 3000;
+  Tensor prompt = full({kRows, 2}, 4, DType::i64);
+  std::vector<double> logits;
+  auto spread_of_logits = [&] {
+    NoGradGuard ng;
+    logits = model.forward(prompt.narrow(0, 0, 1)).select(1, 1).narrow(1, 0, V).to(DType::f64).to_vector<double>();
+    return *std::max_element(logits.begin(), logits.end()) - *std::min_element(logits.begin(), logits.end());
+  };
+  // The tied head's logits scale about linearly with wte (the trunk normalizes its input):
+  // bring their spread to about 6, where every temperature below leaves several tokens likely.
+  const double initial = spread_of_logits();
+  {
+    NoGradGuard ng;
+    for (auto& [name, p] : model.named_parameters())
+      if (name == "wte.weight") p.mul_(6.0 / initial);
+  }
+  const double spread = spread_of_logits();
+  ASSERT_GT(spread, 3.0) << "the logits must spread for the test to tell temperatures apart";
+  ASSERT_LT(spread, 12.0) << "too spread: a few tokens would take all the mass";
+  struct Config {
+    double temperature;
+    int64_t top_k;
+  };
+  for (Config c : {Config{1.0, 0}, Config{0.5, 0}, Config{2.0, 0}, Config{1.0, 5}, Config{3.0, 3}}) {
+    SCOPED_TRACE(str("temperature ", c.temperature, " top_k ", c.top_k));
+    // Expected probabilities.
+    std::vector<double> p(size_t(V), 0.0);
+    std::vector<double> sorted = logits;
+    std::sort(sorted.begin(), sorted.end(), std::greater<double>());
+    const double cut = c.top_k > 0 ? sorted[size_t(c.top_k - 1)] : -INFINITY;
+    double total = 0;
+    for (int64_t v = 0; v < V; ++v)
+      if (logits[size_t(v)] >= cut) total += p[size_t(v)] = std::exp((logits[size_t(v)] - sorted[0]) / c.temperature);
+    for (double& x : p) x /= total;
+    // Observed counts.
+    Generator g(1234);
+    std::vector<int64_t> count(size_t(V), 0);
+    int64_t n = 0;
+    for (int rep = 0; rep < 2; ++rep) {
+      Tensor out = model.generate(prompt, 1, c.temperature, c.top_k, &g);
+      for (int64_t t : out.select(1, 2).to_vector<int64_t>()) {
+        ASSERT_GE(t, 0);
+        ASSERT_LT(t, V);
+        ++count[size_t(t)];
+        ++n;
+      }
+    }
+    // Chi-square over bins with an expected count >= 5 (the rest pooled into one bin).
+    double chi2 = 0, pooled_e = 0, pooled_o = 0;
+    int bins = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      const double e = p[size_t(v)] * double(n);
+      if (p[size_t(v)] == 0) {
+        EXPECT_EQ(count[size_t(v)], 0) << "token " << v << " is outside the top " << c.top_k;
+      } else if (e >= 5) {
+        chi2 += (double(count[size_t(v)]) - e) * (double(count[size_t(v)]) - e) / e;
+        ++bins;
+      } else {
+        pooled_e += e;
+        pooled_o += double(count[size_t(v)]);
+      }
+    }
+    if (pooled_e >= 5) {
+      chi2 += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
+      ++bins;
+    }
+    ASSERT_GE(bins, 3) << "too few bins for a meaningful test";
+    // The chi-square critical value at 1e-4 for df = bins - 1 (Wilson-Hilferty approximation).
+    const double df = bins - 1, z = 3.719;
+    const double critical = df * std::pow(1 - 2 / (9 * df) + z * std::sqrt(2 / (9 * df)), 3);
+    EXPECT_LT(chi2, critical) << "df " << df;
+  }
 }
 
 TEST(GPT, RecomputeGivesIdenticalGradients) {
@@ -264,7 +363,7 @@ TEST(GPT, TinyPresetTrainsOneAdamWStep) {
 // is tight; bf16 autocast (the tensor-core attention path: head dim 64) is compared with the
 // f32 CPU run at a bf16 tolerance.
 TEST(GPTCuda, MatchesCpuInF32AndUnderBf16Autocast) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  EMBER_SKIP_WITHOUT_CUDA();
   nn::GPTConfig c = nn::GPTConfig::preset("tiny");
   c.n_embd = 128;
   c.n_head = 2;  // head dim 64
@@ -303,4 +402,35 @@ TEST(GPTCuda, MatchesCpuInF32AndUnderBf16Autocast) {
     }
   }
   cuda::set_allow_tf32(tf32);
+}
+
+// A forward and backward of GPT-2 on CUDA waits for the host nowhere (positions are made on the
+// device, index and target checks are deferred): so the whole pass captures into a CUDA graph,
+// which refuses any synchronization, and its replay gives the eager loss and gradients.
+TEST(GPTCuda, ForwardAndBackwardCaptureInAGraphWithoutAHostWait) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda(0);
+  Generator gen(41);
+  nn::GPT model(small_config(), &gen);
+  model.to(dev);
+  Tensor idx = randint(0, 29, {2, 12}, DType::i64, &gen).to(dev);
+  Tensor targets = randint(0, 29, {2, 12}, DType::i64, &gen).to(dev);
+  model.zero_grad();
+  Tensor eager = model.forward(idx, targets);  // also the warm-up (library handles, workspaces)
+  eager.backward();
+  std::vector<Tensor> eager_grads;
+  for (const Tensor& p : model.parameters()) eager_grads.push_back(p.grad().cpu());
+  model.zero_grad();  // to none: the captured backward allocates the gradients in the graph's pool
+  cuda::Graph g;
+  Tensor loss;
+  {
+    cuda::GraphCapture capture(g);
+    loss = model.forward(idx, targets);
+    loss.backward();
+  }
+  g.replay();
+  EXPECT_EQ(loss.item<double>(), eager.item<double>());
+  const auto params = model.parameters();
+  for (size_t i = 0; i < params.size(); ++i)
+    EXPECT_TRUE(test::all_close(params[i].grad().cpu(), eager_grads[i], 1e-6, 1e-7)) << i;
 }

@@ -108,7 +108,7 @@ TEST(GPTTorch, EmberWeightsGiveTorchsLogitsLossAndGradients) {
 }
 
 TEST(GPTTorch, OnCudaInF32) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  EMBER_SKIP_WITHOUT_CUDA();
   if (python_with_torch().empty()) GTEST_SKIP() << "no python3 with torch";
   const bool tf32 = cuda::allow_tf32();
   cuda::set_allow_tf32(false);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 
 #include <ember/ops/elementwise.h>
@@ -128,9 +129,13 @@ std::vector<double> map_each(const std::function<double(double)>& f, const std::
   for (double v : x) out.push_back(f(v));
   return out;
 }
+// The same, shaped like x: an elementwise op keeps its input's shape.
+Tensor map_each(const std::function<double(double)>& f, const Tensor& x) {
+  return tensor(map_each(f, vals(x)), x.sizes());
+}
 
 // Reference for a broadcast binary op, computed by explicit index arithmetic.
-std::vector<double> broadcast_ref(const std::function<double(double, double)>& f, const Tensor& a,
+Tensor broadcast_ref(const std::function<double(double, double)>& f, const Tensor& a,
                                   const Tensor& b, const Shape& out) {
   auto av = vals(a), bv = vals(b);
   const size_t nd = out.size();
@@ -152,7 +157,7 @@ std::vector<double> broadcast_ref(const std::function<double(double, double)>& f
     }
     r.push_back(f(av[size_t(index_of(a.sizes(), idx))], bv[size_t(index_of(b.sizes(), idx))]));
   }
-  return r;
+  return tensor(r, out);
 }
 
 Tensor binary_b_input(const BinaryRef& ref, const Tensor& b_raw) {
@@ -176,25 +181,25 @@ TEST(Unary, EveryRegistryOpMatchesStdMathInF64) {
     Tensor y = ops::unary(op, x, ref.params);
     EXPECT_EQ(y.dtype(), DType::f64);
     EXPECT_EQ(y.sizes(), x.sizes());
-    EXPECT_TRUE(test::all_close(y, map_each(ref.f, vals(x)), 1e-13, 1e-15));
+    EXPECT_TRUE(test::all_close(y, map_each(ref.f, x), 1e-13, 1e-15));
     // Non-contiguous input (a transposed view) gives the same values in its logical order.
     Tensor xt = x.t();
-    EXPECT_TRUE(test::all_close(ops::unary(op, xt, ref.params), map_each(ref.f, vals(xt)), 1e-13, 1e-15));
+    EXPECT_TRUE(test::all_close(ops::unary(op, xt, ref.params), map_each(ref.f, xt), 1e-13, 1e-15));
     // Large enough for the parallel path, strided.
     Tensor big = domain_input({300, 250}, ref.positive, 99).slice(1, 0, 250, 2);
-    EXPECT_TRUE(test::all_close(ops::unary(op, big, ref.params), map_each(ref.f, vals(big)), 1e-13, 1e-15));
+    EXPECT_TRUE(test::all_close(ops::unary(op, big, ref.params), map_each(ref.f, big), 1e-13, 1e-15));
     // f32 computes in float: close to the f64 reference.
     Tensor xf = x.to(DType::f32);
     Tensor yf = ops::unary(op, xf, ref.params);
     EXPECT_EQ(yf.dtype(), DType::f32);
-    EXPECT_TRUE(test::all_close(yf, map_each(ref.f, vals(xf)), 2e-6, 1e-6));
+    EXPECT_TRUE(test::all_close(yf, map_each(ref.f, xf), 2e-6, 1e-6));
     // f16 and bf16 compute in float and round once on store.
     for (DType lp : {DType::f16, DType::bf16}) {
       Tensor xl = x.to(lp);
       Tensor yl = ops::unary(op, xl, ref.params);
       EXPECT_EQ(yl.dtype(), lp);
       double rtol = lp == DType::f16 ? 1e-3 : 8e-3;
-      EXPECT_TRUE(test::all_close(yl, map_each(ref.f, vals(xl)), rtol, 1e-3)) << dtype_name(lp);
+      EXPECT_TRUE(test::all_close(yl, map_each(ref.f, xl), rtol, 1e-3)) << dtype_name(lp);
     }
   }
 }
@@ -256,7 +261,7 @@ TEST(Elementwise, PublicUnaryFunctionsAndMethods) {
   Tensor p = domain_input({3, 4}, true, 22);
   auto xv = vals(x), pv = vals(p);
   auto check = [](const Tensor& got, const std::vector<double>& in, double (*f)(double)) {
-    EXPECT_TRUE(test::all_close(got, map_each(f, in), 1e-13, 1e-15));
+    EXPECT_TRUE(test::all_close(got, {3, 4}, map_each(f, in), 1e-13, 1e-15));
   };
   check(ember::neg(x), xv, [](double v) { return -v; });
   check(-x, xv, [](double v) { return -v; });
@@ -350,8 +355,7 @@ TEST(Elementwise, BinaryFrontScalarsAndAlpha) {
   Tensor pa = a.abs();
   EXPECT_TRUE(test::all_close(ember::pow(pa, b), broadcast_ref([](double x, double y) { return std::pow(x, y); }, pa, b, {2, 4, 3}), 1e-13));
   // Scalars on either side.
-  auto av = vals(a);
-  auto each = [&](double (*f)(double)) { return map_each(f, av); };
+  auto each = [&](double (*f)(double)) { return map_each(f, a); };
   EXPECT_TRUE(test::all_close(a + 2, each([](double x) { return x + 2; }), 1e-15));
   EXPECT_TRUE(test::all_close(2 + a, each([](double x) { return x + 2; }), 1e-15));
   EXPECT_TRUE(test::all_close(a - 0.5, each([](double x) { return x - 0.5; }), 1e-15));
@@ -480,7 +484,7 @@ TEST(InPlace, BinaryVariantsWriteIntoSelf) {
     EXPECT_GT(x.version(), version) << "in-place ops bump the version";
     std::vector<double> r;
     for (size_t i = 0; i < bv.size(); ++i) r.push_back(f(bv[i], ov[i % 3]));
-    EXPECT_TRUE(test::all_close(x, r, 1e-14));
+    EXPECT_TRUE(test::all_close(x, base.sizes(), r, 1e-14));
   };
   expect([&](Tensor& x) { x.add_(o); }, [](double a, double b) { return a + b; });
   expect([&](Tensor& x) { x.add_(o, 2); }, [](double a, double b) { return a + 2 * b; });
@@ -506,18 +510,17 @@ TEST(InPlace, BinaryVariantsWriteIntoSelf) {
 
 TEST(InPlace, UnaryVariantsWriteIntoSelf) {
   Tensor base = domain_input({4, 5}, true, 43);
-  auto bv = vals(base);
   auto expect = [&](const std::function<void(Tensor&)>& op, const std::function<double(double)>& f) {
     Tensor x = base.clone();
     void* ptr = x.data_ptr();
     op(x);
     EXPECT_EQ(x.data_ptr(), ptr);
-    EXPECT_TRUE(test::all_close(x, map_each(f, bv), 1e-13, 1e-15));
+    EXPECT_TRUE(test::all_close(x, map_each(f, base), 1e-13, 1e-15));
     // Through a non-contiguous view, the base sees the result in the right places.
     Tensor y = base.clone();
     Tensor v = y.t();
     op(v);
-    EXPECT_TRUE(test::all_close(y, map_each(f, bv), 1e-13, 1e-15));
+    EXPECT_TRUE(test::all_close(y, map_each(f, base), 1e-13, 1e-15));
   };
   expect([](Tensor& x) { x.neg_(); }, [](double v) { return -v; });
   expect([](Tensor& x) { x.exp_(); }, [](double v) { return std::exp(v); });
@@ -689,5 +692,235 @@ TEST_P(ElementwiseDevice, RandomStreamsAreTheSameOnEveryDevice) {
                               randint(-5, 50, {999}, DType::i64, &g2), 0, 0));
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, ElementwiseDevice, ::testing::ValuesIn(test::test_devices()),
+// f64, the integer dtypes and bool on the device, op by op against the CPU: exact wherever the
+// CPU is exact (integer and bool arithmetic, comparisons, IEEE add/sub/mul/div), f64 math to a
+// few ulps.
+TEST_P(ElementwiseDevice, F64IntegerAndBoolDTypesMatchTheCpu) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  auto urefs = unary_refs();
+  for (UnaryOp op : kAllUnary) {
+    SCOPED_TRACE(ops::op_name(op));
+    const UnaryRef& ref = urefs.at(op);
+    Tensor x = domain_input({19, 23}, ref.positive, 500 + uint64_t(op));
+    Tensor y = ops::unary(op, x.to(dev), ref.params);
+    EXPECT_EQ(y.dtype(), DType::f64);
+    EXPECT_TRUE(test::all_close(y.cpu(), ops::unary(op, x, ref.params), 1e-13, 1e-15));
+  }
+  auto brefs = binary_refs();
+  for (BinaryOp op : kAllBinary) {
+    SCOPED_TRACE(ops::op_name(op));
+    const BinaryRef& ref = brefs.at(op);
+    Tensor a = domain_input({3, 1, 29}, ref.positive_a, 600);
+    Tensor b = binary_b_input(ref, domain_input({7, 1}, false, 601));
+    EXPECT_TRUE(test::all_close(ops::binary(op, a.to(dev), b.to(dev)).cpu(), ops::binary(op, a, b), 1e-13, 1e-15));
+  }
+  // Integers: every dtype, the arithmetic that is exact on the CPU is exact here.
+  const int64_t big = (int64_t(1) << 53) + 1;  // beyond f64's integers: no detour through floats
+  for (DType dt : {DType::i64, DType::i32, DType::u8}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor a = randint(dt == DType::u8 ? 0 : -100, 200, {5, 37}).to(dt);
+    Tensor b = randint(dt == DType::u8 ? 0 : -100, 200, {37}).to(dt);
+    auto same = [&](const std::function<Tensor(const Tensor&, const Tensor&)>& fn) {
+      Tensor expect = fn(a, b), got = fn(a.to(dev), b.to(dev));
+      EXPECT_EQ(got.device(), dev);
+      EXPECT_EQ(got.dtype(), expect.dtype());
+      return test::all_close(got.cpu(), expect, 0, 0);
+    };
+    EXPECT_TRUE(same([](const Tensor& x, const Tensor& y) { return x + y; }));
+    EXPECT_TRUE(same([](const Tensor& x, const Tensor& y) { return x - y; }));  // u8 wraps
+    EXPECT_TRUE(same([](const Tensor& x, const Tensor& y) { return x * y; }));
+    EXPECT_TRUE(same([](const Tensor& x, const Tensor& y) { return ember::maximum(x, y); }));
+    EXPECT_TRUE(same([](const Tensor& x, const Tensor& y) { return ember::minimum(x, y); }));
+    EXPECT_TRUE(same([](const Tensor& x, const Tensor& y) { return x.lt(y); }));
+    EXPECT_TRUE(same([](const Tensor& x, const Tensor& y) { return x.eq(y); }));
+    EXPECT_TRUE(same([](const Tensor& x, const Tensor&) { return x.abs(); }));
+    EXPECT_TRUE(same([](const Tensor& x, const Tensor&) { return x.relu(); }));
+    EXPECT_TRUE(same([](const Tensor& x, const Tensor&) { return x.clamp(3, 150); }));
+    EXPECT_TRUE(same([](const Tensor& x, const Tensor&) { return ember::sign(x); }));
+    EXPECT_TRUE(same([](const Tensor& x, const Tensor&) { return x * 3 + 1; }));
+    if (dt != DType::u8) {
+      EXPECT_TRUE(same([](const Tensor& x, const Tensor&) { return x.neg(); }));
+    }
+    // Unary math on integers computes in f32, as on the CPU.
+    Tensor e = a.to(dev).exp();
+    EXPECT_EQ(e.dtype(), DType::f32);
+    EXPECT_TRUE(test::all_close(e.cpu(), a.exp(), 2e-6, 0));
+  }
+  Tensor bi = full({3}, big, TensorOptions(DType::i64).device(dev));
+  EXPECT_EQ((bi + bi).cpu().to_vector<int64_t>()[0], 2 * big);
+  EXPECT_EQ((bi * 3).cpu().to_vector<int64_t>()[0], 3 * big);
+  EXPECT_EQ((bi - 1).cpu().to_vector<int64_t>()[0], big - 1);
+  // Bool: add is "or", mul is "and"; unary math is an error, as on the CPU.
+  Tensor t = tensor<double>({1, 0, 1, 0}, {4}).gt(0.5), u = tensor<double>({1, 1, 0, 0}, {4}).gt(0.5);
+  EXPECT_EQ((t.to(dev) + u.to(dev)).cpu().to_vector<uint8_t>(), (std::vector<uint8_t>{1, 1, 1, 0}));
+  EXPECT_EQ((t.to(dev) * u.to(dev)).cpu().to_vector<uint8_t>(), (std::vector<uint8_t>{1, 0, 0, 0}));
+  EXPECT_EQ((t.to(dev) + u.to(dev)).dtype(), DType::b8);
+  EXPECT_THROW(t.to(dev).neg(), DTypeError);
+}
+
+// Binary ops between dtypes promote as on the CPU (PyTorch's rules), 16-bit included, and give
+// the CPU's bits: IEEE add/sub/mul/div are correctly rounded in f32 on both, then rounded once.
+TEST_P(ElementwiseDevice, MixedDTypeBinaryOpsPromoteAsOnTheCpu) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  Tensor h = randn({4, 33}).to(DType::f16), bf = randn({4, 33}).to(DType::bf16), f = randn({33}),
+         d = randn({4, 1}, DType::f64), i = randint(-9, 9, {4, 33}), b = randn({4, 33}).gt(0);
+  Tensor s64 = full({}, 1.0 / 3.0, DType::f64);  // a 0-d tensor does not promote a floating dtype
+  struct Case {
+    const char* name;
+    Tensor a, b;
+  };
+  for (const Case& c : {Case{"f16+bf16", h, bf}, Case{"f16+f32", h, f}, Case{"bf16+f64", bf, d}, Case{"i64+f16", i, h},
+                        Case{"bool+bf16", b, bf}, Case{"f16+0d f64", h, s64}, Case{"bf16+0d f64", bf, s64},
+                        Case{"i64+0d f64", i, s64}}) {
+    SCOPED_TRACE(c.name);
+    for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div, BinaryOp::maximum, BinaryOp::lt}) {
+      SCOPED_TRACE(ops::op_name(op));
+      Tensor expect = ops::binary(op, c.a, c.b);
+      Tensor got = ops::binary(op, c.a.to(dev), c.b.dim() == 0 ? c.b : c.b.to(dev));
+      EXPECT_EQ(got.dtype(), expect.dtype());
+      EXPECT_TRUE(test::all_close(got.cpu(), expect, 0, 0));
+    }
+  }
+  // In place: the result keeps self's dtype.
+  Tensor hc = h.clone();
+  hc.add_(f, 0.5);
+  Tensor hd = h.clone().to(dev);  // clone first: to() of a tensor already there returns it
+  hd.add_(f.to(dev), 0.5);
+  EXPECT_EQ(hd.dtype(), DType::f16);
+  EXPECT_TRUE(test::all_close(hd.cpu(), hc, 0, 0));
+}
+
+// Operands on two devices: only a 0-d CPU tensor may join a CUDA op (as in PyTorch); anything
+// else is a DeviceError naming the op and both devices, in place and out of place.
+TEST_P(ElementwiseDevice, MixedDeviceOperandsAreRefusedExceptCpuScalars) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  Tensor g = randn({3, 4}).to(dev), c = randn({3, 4}), c1 = randn({4});
+  for (const Tensor& cpu : {c, c1}) {
+    const std::string msg = test::message_of<DeviceError>([&] { (void)(g + cpu); });
+    EXPECT_EQ(msg.rfind("[add]", 0), 0u) << msg;
+    EXPECT_NE(msg.find("cuda:0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("cpu"), std::string::npos) << msg;
+    EXPECT_THROW((void)(cpu * g), DeviceError);
+    EXPECT_THROW(g.add_(cpu), DeviceError);
+    EXPECT_THROW(ember::where(g.gt(0), g, cpu), DeviceError);
+  }
+  EXPECT_TRUE(test::all_close((g * full({}, 2.0)).cpu(), g.cpu() * 2, 0, 0));
+}
+
+// Autograd across devices: a CPU leaf moved to CUDA, computed on, and reduced there gets its
+// gradient back on the CPU, equal to the analytic one; and a CUDA leaf through a CPU detour.
+TEST_P(ElementwiseDevice, AutogradAcrossDevicesReturnsGradientsToTheLeafsDevice) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  Tensor x = randn({5, 3}, DType::f64).requires_grad_();
+  Tensor y = (x.to(dev) * 2.0).exp().sum();
+  EXPECT_EQ(y.device(), dev);
+  y.backward();
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_TRUE(x.grad().device().is_cpu());
+  EXPECT_TRUE(test::all_close(x.grad(), (x.detach() * 2.0).exp() * 2.0, 1e-13, 0));
+  Tensor w = randn({4}, DType::f64).to(dev).requires_grad_();
+  Tensor z = (w.cpu() * w.cpu()).to(dev).sum();
+  z.backward();
+  EXPECT_EQ(w.grad().device(), dev);
+  EXPECT_TRUE(test::all_close(w.grad().cpu(), w.detach().cpu() * 2.0, 1e-15, 0));
+}
+
+// Tensors with many dims that cannot be merged (a reversed permutation): the CPU takes any
+// number; CUDA takes 25 (PyTorch's limit) and names the limit beyond.
+TEST_P(ElementwiseDevice, ManyNonMergeableDimsMatchTheCpu) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  Shape sizes(12, 2), order;
+  for (int64_t d = 11; d >= 0; --d) order.push_back(d);
+  Tensor x = randn(sizes).permute(order), y = randn(sizes);
+  Tensor xd = x.to(dev).contiguous().view(sizes).permute(order);  // the same strides on the device
+  ASSERT_EQ(xd.strides(), x.strides());
+  EXPECT_TRUE(test::all_close((xd + y.to(dev)).cpu(), x + y, 0, 0));
+  EXPECT_TRUE(test::all_close(xd.contiguous().cpu(), x.contiguous(), 0, 0));
+  EXPECT_TRUE(test::all_close(xd.exp().cpu(), x.exp(), 2e-6, 0));
+  EXPECT_TRUE(test::all_close(xd.softmax(3).cpu(), x.softmax(3), 2e-6, 1e-7));
+  EXPECT_TRUE(test::all_close(xd.sum({2, 5}).cpu(), x.sum({2, 5}), 1e-5, 1e-5));
+  Shape big(26, 2), rev;
+  for (int64_t d = 25; d >= 0; --d) rev.push_back(d);
+  Tensor z = zeros(big, dev).permute(rev);
+  const std::string msg = test::message_of<ShapeError>([&] { (void)(z + 1); });
+  EXPECT_NE(msg.find("26 dims that cannot be merged, more than the 25"), std::string::npos) << msg;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, ElementwiseDevice, ::testing::ValuesIn(test::cuda_devices()),
                          test::device_label);
+
+// An expanded tensor (stride 0, size > 1) has several elements in one location: writing it
+// elementwise loses all but one write on the CPU and races on CUDA, so the in-place ops and
+// copy_ refuse it as PyTorch does. fill_ writes one value everywhere and stays allowed.
+TEST(InPlace, ExpandedOutputsAreRefusedExceptByFill) {
+  for (Device dev : test::test_devices()) {
+    if (dev.is_cuda() && !cuda::is_available()) continue;
+    SCOPED_TRACE(dev.str());
+    Tensor base = zeros({3}, dev);
+    Tensor e = base.expand({2, 3});
+    NoGradGuard no_grad;
+    const std::string msg = test::message_of<ValueError>([&] { e.add_(ones({2, 3}, dev)); });
+    EXPECT_EQ(msg.rfind("[add]", 0), 0u) << msg;
+    EXPECT_NE(msg.find("clone() it first"), std::string::npos) << msg;
+    EXPECT_THROW(e.mul_(2), ValueError);
+    EXPECT_THROW(e.exp_(), ValueError);
+    EXPECT_THROW(e.clamp_(0, 1), ValueError);
+    EXPECT_THROW(e.copy_(ones({2, 3}, dev)), ValueError);
+    EXPECT_THROW(e.masked_fill_(ones({2, 3}, dev).gt(0), 1.0), ValueError);
+    EXPECT_EQ(base.cpu().to_vector<double>(), std::vector<double>(3, 0.0)) << "nothing was written";
+    e.fill_(2.5);
+    EXPECT_EQ(base.cpu().to_vector<double>(), std::vector<double>(3, 2.5));
+    // A stride-0 dim of size 1 is an ordinary tensor.
+    Tensor one = base.expand({1, 3});
+    EXPECT_NO_THROW(one.add_(1));
+    EXPECT_EQ(base.cpu().to_vector<double>(), std::vector<double>(3, 3.5));
+  }
+}
+
+// The gradient accumulator never adds in place into an expanded .grad: a gradient kept as an
+// expand()ed view under create_graph, then accumulated into without grad mode, sums every
+// contribution.
+TEST(InPlace, GradientAccumulationIntoAnExpandedGradSumsEverything) {
+  Tensor x = randn({2, 3}, DType::f64).requires_grad_();
+  x.sum().backward({}, /*retain_graph=*/false, /*create_graph=*/true);  // .grad = ones expanded
+  (x * tensor<double>({1, 2, 3, 4, 5, 6}, {2, 3})).sum().backward();
+  EXPECT_TRUE(test::all_close(x.grad(), Shape{2, 3}, {2, 3, 4, 5, 6, 7}, 0, 0));
+}
+
+// Floating values to integer dtypes drop the fraction and wrap, through int64 (PyTorch's rule
+// for uint8), on every device: CUDA's own conversion would saturate (-1.0 -> 0 in u8).
+TEST(Elementwise, FloatToIntegerCastsTruncateThroughInt64OnEveryDevice) {
+  const std::vector<double> v = {-1.0, 300.7, -0.5, 255.9, 65536.0 + 7, -129.0, 1e30, NAN};
+  const int64_t kMin = std::numeric_limits<int64_t>::min();
+  for (Device dev : test::test_devices()) {
+    if (dev.is_cuda() && !cuda::is_available()) {
+      EXPECT_FALSE(test::cuda_expected()) << "an NVIDIA GPU is on this machine but this build sees none";
+      continue;
+    }
+    SCOPED_TRACE(dev.str());
+    for (DType from : {DType::f64, DType::f32, DType::bf16}) {
+      SCOPED_TRACE(dtype_name(from));
+      Tensor x = tensor<double>(v, {8}).to(dev, from);
+      // The int64 value of each element first (what the source dtype holds, truncated).
+      std::vector<int64_t> i64;
+      for (double d : x.cpu().to_vector<double>())
+        i64.push_back(d > -9.2233720368547758e18 && d < 9.2233720368547758e18 ? int64_t(d) : kMin);
+      std::vector<int64_t> u8, i32;
+      for (int64_t w : i64) {
+        u8.push_back(int64_t(uint8_t(w)));
+        i32.push_back(int64_t(int32_t(w)));
+      }
+      EXPECT_EQ(x.to(DType::u8).cpu().to_vector<int64_t>(), u8);
+      EXPECT_EQ(x.to(DType::i32).cpu().to_vector<int64_t>(), i32);
+      EXPECT_EQ(x.to(DType::i64).cpu().to_vector<int64_t>(), i64);
+    }
+  }
+  // The values the rule gives, spelled out for f64 -> u8.
+  EXPECT_EQ(tensor<double>(v, {8}).to(DType::u8).to_vector<int64_t>(),
+            (std::vector<int64_t>{255, 44, 0, 255, 7, 127, 0, 0}));
+}

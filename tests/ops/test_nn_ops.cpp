@@ -11,6 +11,7 @@
 
 #include <cstring>
 
+#include <ember/ops/index.h>
 #include <ember/ops/nn.h>
 
 #include "support/test_support.h"
@@ -122,16 +123,7 @@ Rounded rounded(const Tensor& f64, DType dtype, Device dev) {
 
 class NnOps : public ::testing::TestWithParam<Device> {
  protected:
-  void SetUp() override {
-    EMBER_SKIP_IF_NO_DEVICE(dev());
-    if (dev().is_cuda()) {
-      try {
-        ember::softmax(ones({2}, dev()), 0);
-      } catch (const NotImplementedError& e) {
-        GTEST_SKIP() << e.what();
-      }
-    }
-  }
+  void SetUp() override { EMBER_SKIP_IF_NO_DEVICE(dev()); }
   Device dev() const { return GetParam(); }
 };
 
@@ -156,7 +148,7 @@ TEST_P(NnOps, SoftmaxHandComputed) {
                               1e-14, 1e-15));
   // Over dim 0 of a [3, 2] tensor: each column is its own row.
   Tensor x2 = tensor<float>({1, 0, 2, 0, 3, 0}, {3, 2}).to(dev());
-  EXPECT_TRUE(test::all_close(x2.softmax(0), {0.09003057317038046, 1.0 / 3, 0.24472847105479767,
+  EXPECT_TRUE(test::all_close(x2.softmax(0), {3, 2}, {0.09003057317038046, 1.0 / 3, 0.24472847105479767,
                                               1.0 / 3, 0.6652409557748219, 1.0 / 3}));
 }
 
@@ -172,7 +164,7 @@ TEST_P(NnOps, SoftmaxEveryDimOf3DMatchesHostLoop) {
           ASSERT_EQ(y.dtype(), dt);
           ASSERT_EQ(y.sizes(), shape);
           Tol t = tol_for(dt);
-          EXPECT_TRUE(test::all_close(y, host_softmax(ref.to_vector<double>(), shape, dim, log),
+          EXPECT_TRUE(test::all_close(y, shape, host_softmax(ref.to_vector<double>(), shape, dim, log),
                                       t.rtol, t.atol));
         }
       }
@@ -216,7 +208,7 @@ TEST_P(NnOps, SoftmaxNonContiguousInputs) {
           SCOPED_TRACE(str(name, " ", dtype_name(dt), " dim ", dim, log ? " log" : ""));
           Tensor y = log ? log_softmax(x, dim) : softmax(x, dim);
           Tol t = tol_for(dt);
-          EXPECT_TRUE(test::all_close(y, host_softmax(ref.to_vector<double>(), x.sizes(), dim, log),
+          EXPECT_TRUE(test::all_close(y, x.sizes(), host_softmax(ref.to_vector<double>(), x.sizes(), dim, log),
                                       t.rtol, t.atol));
         }
       }
@@ -233,11 +225,11 @@ TEST_P(NnOps, SoftmaxExtremeLogitsStayFinite) {
     for (double v : p.to_vector<double>()) EXPECT_TRUE(std::isfinite(v));
     for (double v : lp.to_vector<double>()) EXPECT_TRUE(std::isfinite(v));
     Tol t = tol_for(dt);
-    EXPECT_TRUE(test::all_close(p, {0.5, 0, 0, 0.5}, t.rtol, t.atol));
-    EXPECT_TRUE(test::all_close(lp, host_softmax(ref.to_vector<double>(), {1, 4}, 1, true), t.rtol, t.atol));
+    EXPECT_TRUE(test::all_close(p, {1, 4}, {0.5, 0, 0, 0.5}, t.rtol, t.atol));
+    EXPECT_TRUE(test::all_close(lp, {1, 4}, host_softmax(ref.to_vector<double>(), {1, 4}, 1, true), t.rtol, t.atol));
     // Over the other dim (tile path) too.
     Tensor xt = tensor<double>({1e4, -1e4, 1e4, -1e4, 1e4, 0}, {3, 2}).to(dev(), dt);
-    EXPECT_TRUE(test::all_close(softmax(xt, 0), {1.0 / 3, 0, 1.0 / 3, 0, 1.0 / 3, 1}, t.rtol, t.atol));
+    EXPECT_TRUE(test::all_close(softmax(xt, 0), {3, 2}, {1.0 / 3, 0, 1.0 / 3, 0, 1.0 / 3, 1}, t.rtol, t.atol));
   }
 }
 
@@ -251,8 +243,8 @@ TEST_P(NnOps, SoftmaxEdgeShapes) {
   EXPECT_EQ(softmax(e, 1).sizes(), Shape({0, 3}));
   // One class: softmax is 1 and log_softmax 0.
   Tensor one = randn({5, 1}, dev());
-  EXPECT_TRUE(test::all_close(softmax(one, 1), std::vector<double>(5, 1.0)));
-  EXPECT_TRUE(test::all_close(log_softmax(one, 1), std::vector<double>(5, 0.0)));
+  EXPECT_TRUE(test::all_close(softmax(one, 1), {5, 1}, std::vector<double>(5, 1.0)));
+  EXPECT_TRUE(test::all_close(log_softmax(one, 1), {5, 1}, std::vector<double>(5, 0.0)));
   // A row of -inf is NaN, as in PyTorch; other rows are unaffected.
   const double inf = std::numeric_limits<double>::infinity();
   Tensor x = tensor<double>({-inf, -inf, 0, 0}, {2, 2}).to(dev());
@@ -419,12 +411,13 @@ TEST_P(NnOps, CrossEntropyBadInputs) {
       EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
     }
   };
+  // A bad target is raised by the op on the CPU, at the next synchronization (item()) on CUDA.
   Tensor big = tensor<int64_t>({0, 7}, {2}).to(dev());
-  EXPECT_THROW(cross_entropy(x, big), IndexError);
-  expect_message([&] { cross_entropy(x, big); }, "target 7");
+  EXPECT_THROW(cross_entropy(x, big).item<double>(), IndexError);
+  expect_message([&] { cross_entropy(x, big).item<double>(); }, "target 7");
   Tensor neg = tensor<int64_t>({-1, 0}, {2}).to(dev());
-  EXPECT_THROW(cross_entropy(x, neg), IndexError);
-  expect_message([&] { cross_entropy(x, neg); }, "target -1");
+  EXPECT_THROW(cross_entropy(x, neg).item<double>(), IndexError);
+  expect_message([&] { cross_entropy(x, neg).item<double>(); }, "target -1");
   EXPECT_NO_THROW(cross_entropy(x, neg, {.ignore_index = -1}));
   Tensor ft = tensor<float>({0, 1}, {2}).to(dev());
   EXPECT_THROW(cross_entropy(x, ft), DTypeError);
@@ -445,12 +438,12 @@ TEST_P(NnOps, CrossEntropyBadInputs) {
 
 TEST_P(NnOps, LayerNormHandComputed) {
   Tensor x = tensor<double>({1, 2, 3, 4}, {1, 4}).to(dev());
-  EXPECT_TRUE(test::all_close(layer_norm(x, {4}),
+  EXPECT_TRUE(test::all_close(layer_norm(x, {4}), {1, 4},
                               {-1.3416354199689269, -0.447211806656309, 0.447211806656309, 1.3416354199689269},
                               1e-13, 1e-14));
   Tensor w = tensor<double>({0.5, 1, 2, -1}, {4}).to(dev());
   Tensor b = tensor<double>({0, 1, -1, 0.5}, {4}).to(dev());
-  EXPECT_TRUE(test::all_close(layer_norm(x, {4}, w, b),
+  EXPECT_TRUE(test::all_close(layer_norm(x, {4}, w, b), {1, 4},
                               {-0.6708177099844634, 0.552788193343691, -0.105576386687382, -0.8416354199689269},
                               1e-13, 1e-14));
 }
@@ -475,7 +468,7 @@ TEST_P(NnOps, LayerNormMatchesHostLoop) {
             affine & 2 ? br.to_vector<double>() : std::vector<double>{}, 1e-5);
         Tol t = tol_for(dt);
         // y ~ N(0, |w|^2): an absolute floor scaled to that size.
-        EXPECT_TRUE(test::all_close(y, ref, t.rtol, t.atol * 20));
+        EXPECT_TRUE(test::all_close(y, shape, ref, t.rtol, t.atol * 20));
       }
     }
   }
@@ -499,17 +492,17 @@ TEST_P(NnOps, LayerNormMatchesCompositeInF64) {
 TEST_P(NnOps, LayerNormNonContiguousAndLargeOffsets) {
   Tensor base = randn({6, 10}, DType::f64);
   Tensor x = base.t().to(dev());  // [10, 6], not contiguous
-  EXPECT_TRUE(test::all_close(layer_norm(x, {6}),
+  EXPECT_TRUE(test::all_close(layer_norm(x, {6}), {10, 6},
                               host_layer_norm(base.t().contiguous().to_vector<double>(), 6, {}, {}, 1e-5),
                               1e-12, 1e-12));
   // A mean of 1e4 with unit spread: the variance is taken around the mean, so f32 keeps it.
   Tensor big = tensor<float>({10000, 10001, 10002, 10003}, {1, 4}).to(dev());
-  EXPECT_TRUE(test::all_close(layer_norm(big, {4}),
+  EXPECT_TRUE(test::all_close(layer_norm(big, {4}), {1, 4},
                               {-1.3416354199689269, -0.447211806656309, 0.447211806656309, 1.3416354199689269},
                               1e-5, 1e-5));
   // A constant row normalizes to 0 (rstd = 1/sqrt(eps)) and stays finite.
   Tensor c = full({2, 5}, 7.0, dev());
-  EXPECT_TRUE(test::all_close(layer_norm(c, {5}), std::vector<double>(10, 0.0)));
+  EXPECT_TRUE(test::all_close(layer_norm(c, {5}), {2, 5}, std::vector<double>(10, 0.0)));
 }
 
 TEST_P(NnOps, LayerNormBadInputs) {
@@ -580,7 +573,7 @@ const Device kGpu = Device::cuda(0);
 }  // namespace
 
 TEST(NnCuda, SoftmaxForwardAndBackwardMatchCpu) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  EMBER_SKIP_WITHOUT_CUDA();
   // 1, 31, 1025: around the warp and block widths; 3 x 20000: rows longer than a block and
   // than the shared-memory cache; 8 x 300 x 41 over dim 0: the thread-per-row kernel.
   for (const Shape& shape : {Shape{1}, Shape{31}, Shape{1025}, Shape{33, 31}, Shape{4, 1025},
@@ -616,7 +609,7 @@ TEST(NnCuda, SoftmaxForwardAndBackwardMatchCpu) {
 }
 
 TEST(NnCuda, CrossEntropyForwardAndBackwardMatchCpu) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  EMBER_SKIP_WITHOUT_CUDA();
   struct Size {
     int64_t n, c;
   };
@@ -662,7 +655,7 @@ TEST(NnCuda, CrossEntropyForwardAndBackwardMatchCpu) {
 }
 
 TEST(NnCuda, LayerNormForwardAndBackwardMatchCpu) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  EMBER_SKIP_WITHOUT_CUDA();
   struct Size {
     int64_t rows, cols;
   };
@@ -707,7 +700,7 @@ TEST(NnCuda, LayerNormForwardAndBackwardMatchCpu) {
 
 // No float atomics: the same inputs give bit-identical results on every run.
 TEST(NnCuda, RunsAreBitIdentical) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  EMBER_SKIP_WITHOUT_CUDA();
   Tensor x = randn({64, 5000}, TensorOptions(DType::f32).device(kGpu));
   Tensor x3 = randn({16, 300, 41}, TensorOptions(DType::f32).device(kGpu));
   Tensor logits = randn({512, 1000}, TensorOptions(DType::f32).device(kGpu));
@@ -727,4 +720,78 @@ TEST(NnCuda, RunsAreBitIdentical) {
   };
   TensorList a = run(), b = run();
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(bits_equal(a[i], b[i])) << "result " << i;
+}
+
+// The backward fronts check the auxiliary tensors their kernels read (the forward's row
+// statistics, the targets, the indices): shape, dtype and layout here, devices below.
+TEST(NnOpsErrors, BackwardFrontsCheckTheForwardsStatistics) {
+  Tensor logits = randn({4, 5}), target = tensor<int64_t>({0, 4, 2, 1});
+  ops::CrossEntropyForward f = ops::cross_entropy_forward(logits, target, {});
+  Tensor g = ones({});
+  EXPECT_NO_THROW(ops::cross_entropy_backward(g, logits, target, f.row_max, f.log_sum, {}));
+  auto ce = [&](const Tensor& t, const Tensor& rm, const Tensor& ls) {
+    return test::message_of<Error>([&] { ops::cross_entropy_backward(g, logits, t, rm, ls, {}); });
+  };
+  EXPECT_NE(ce(target, f.row_max.narrow(0, 0, 3), f.log_sum).find("row statistics must be contiguous f32 [4]"),
+            std::string::npos);
+  EXPECT_NE(ce(target, f.row_max, f.log_sum.to(DType::f64)).find("got f64"), std::string::npos);
+  EXPECT_NE(ce(target.narrow(0, 0, 2), f.row_max, f.log_sum).find("does not match logits"), std::string::npos);
+  EXPECT_NE(ce(target.to(DType::f32), f.row_max, f.log_sum).find("integer class targets"), std::string::npos);
+  EXPECT_NE(ce(target, Tensor(), f.log_sum).find("[cross_entropy_backward]"), std::string::npos);
+
+  Tensor x = randn({3, 4, 6}), w = randn({6});
+  ops::LayerNormForward ln = ops::layer_norm_forward(x, {6}, w, Tensor(), 1e-5);
+  Tensor dy = randn({3, 4, 6});
+  EXPECT_NO_THROW(ops::layer_norm_backward(dy, x, {6}, w, ln.mean, ln.rstd, {true, true, true}));
+  auto lnb = [&](const Tensor& wt, const Tensor& m, const Tensor& r) {
+    return test::message_of<Error>([&] { ops::layer_norm_backward(dy, x, {6}, wt, m, r, {true, true, true}); });
+  };
+  EXPECT_NE(lnb(w, ln.mean.narrow(0, 0, 11), ln.rstd).find("mean and rstd must be contiguous f32 [12]"),
+            std::string::npos);
+  EXPECT_NE(lnb(w, ln.mean, ln.rstd.to(DType::f64)).find("got f64"), std::string::npos);
+  EXPECT_NE(lnb(randn({5}), ln.mean, ln.rstd).find("weight of shape [5]"), std::string::npos);
+  EXPECT_NE(lnb(w.to(DType::f64), ln.mean, ln.rstd).find("weight has dtype f64"), std::string::npos);
+}
+
+TEST(NnOpsCuda, BackwardFrontsRefuseAuxiliaryTensorsOnAnotherDevice) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda(0);
+  Tensor logits = randn({4, 5}).to(dev), target = tensor<int64_t>({0, 4, 2, 1}).to(dev);
+  ops::CrossEntropyForward f = ops::cross_entropy_forward(logits, target, {});
+  Tensor g = ones({}, dev);
+  auto device_error = [](auto&& fn) { return test::message_of<DeviceError>(fn); };
+  EXPECT_NE(device_error([&] { ops::cross_entropy_backward(g, logits, target.cpu(), f.row_max, f.log_sum, {}); })
+                .find("[cross_entropy_backward] expected all tensors on the same device"),
+            std::string::npos);
+  EXPECT_NE(device_error([&] { ops::cross_entropy_backward(g, logits, target, f.row_max.cpu(), f.log_sum, {}); })
+                .find("cpu"),
+            std::string::npos);
+  Tensor x = randn({3, 6}).to(dev), w = randn({6}).to(dev);
+  ops::LayerNormForward ln = ops::layer_norm_forward(x, {6}, w, Tensor(), 1e-5);
+  Tensor dy = randn({3, 6}).to(dev);
+  for (int which = 0; which < 3; ++which) {
+    SCOPED_TRACE(which);
+    EXPECT_THROW(ops::layer_norm_backward(dy, x, {6}, which == 0 ? w.cpu() : w, which == 1 ? ln.mean.cpu() : ln.mean,
+                                          which == 2 ? ln.rstd.cpu() : ln.rstd, {true, true, true}),
+                 DeviceError);
+  }
+  EXPECT_THROW(ops::embedding_backward(randn({3, 8}).to(dev), tensor<int64_t>({0, 1, 2}), 4), DeviceError);
+}
+
+// layer_norm over an empty normalized shape ([4, 0]): forward statistics as on the CPU, and a
+// backward that writes nothing (it launched an empty grid, an invalid configuration, before).
+TEST(NnOpsCuda, LayerNormOverEmptyRowsMatchesTheCpu) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda(0);
+  Tensor x = randn({4, 0}), w = randn({0}), b = randn({0});
+  ops::LayerNormForward c = ops::layer_norm_forward(x, {0}, w, b, 1e-5);
+  ops::LayerNormForward g = ops::layer_norm_forward(x.to(dev), {0}, w.to(dev), b.to(dev), 1e-5);
+  EXPECT_TRUE(test::all_close(g.mean.cpu(), c.mean, 0, 0));
+  EXPECT_TRUE(test::all_close(g.rstd.cpu(), c.rstd, 0, 0));
+  ops::LayerNormBackward gb = ops::layer_norm_backward(randn({4, 0}).to(dev), x.to(dev), {0}, w.to(dev), g.mean,
+                                                       g.rstd, {true, true, true});
+  EXPECT_EQ(gb.dx.sizes(), (Shape{4, 0}));
+  EXPECT_EQ(gb.dweight.sizes(), (Shape{0}));
+  EXPECT_EQ(gb.dbias.sizes(), (Shape{0}));
+  EXPECT_NO_THROW(cuda::synchronize());
 }

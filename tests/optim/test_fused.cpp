@@ -294,7 +294,7 @@ TEST(FusedCpu, ResultsDoNotDependOnTheThreadCount) {
 }
 
 TEST(FusedCuda, MatchesCpu) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  EMBER_SKIP_WITHOUT_CUDA();
   NoGradGuard no_grad;
   Lists cpu = make_lists(Device::cpu(), 31);
   Lists gpu;

@@ -79,7 +79,7 @@ void run_case(const std::string& name, DType dtype, Device dev, double rtol, dou
     opt->step();
     for (int i = 0; i < kParams; ++i) {
       const std::string key = name + "." + tag + ".s" + std::to_string(s) + ".p" + std::to_string(i);
-      EXPECT_TRUE(test::all_close(params[size_t(i)], fx(key).values, rtol, atol)) << key;
+      EXPECT_TRUE(test::all_close(params[size_t(i)], fx(key).tensor(), rtol, atol)) << key;
       EXPECT_EQ(params[size_t(i)].impl(), ids[size_t(i)]) << "the parameter's identity changed";
     }
   }
@@ -152,7 +152,7 @@ TEST_P(OptimReference, ClipGradNormMatchesTorch) {
       EXPECT_TRUE(test::all_close(total, fx(std::string("clip.") + c.name + ".total").values, rtol, atol));
       for (int i = 0; i < kParams; ++i)
         EXPECT_TRUE(test::all_close(params[size_t(i)].grad(),
-                                    fx(std::string("clip.") + c.name + ".g" + std::to_string(i)).values,
+                                    fx(std::string("clip.") + c.name + ".g" + std::to_string(i)).tensor(),
                                     rtol, atol));
     }
   }

@@ -217,7 +217,7 @@ TEST(Optimizer, SixteenBitParamsKeepF32State) {
 }
 
 TEST(OptimizerCuda, StateLivesOnTheParameterDevice) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  EMBER_SKIP_WITHOUT_CUDA();
   std::vector<Tensor> p = make_params(Device::cuda());
   optim::AdamW opt(p);
   set_grads(p, 0);
@@ -270,12 +270,27 @@ TEST(OptimizerErrors, BadConstructorArguments) {
 }
 
 TEST(Optimizer, StepCastsAGradientOfAnotherDtype) {
-  Tensor p = zeros({3}).requires_grad_();
-  optim::Adam opt({p});
-  // set_grad refuses a wrong shape itself; a wrong device or dtype is the kernel front's job.
-  p.set_grad(zeros({3}, DType::f64));
-  opt.step();  // cast to the parameter's dtype
-  EXPECT_EQ(opt.state_step(0), 1);
+  // An f32 parameter with an f64 gradient (set_grad refuses a wrong shape itself; a wrong device
+  // or dtype is the kernel front's job): the step casts the gradient and applies it.
+  const std::vector<double> p0 = {0.5, -1.0, 2.0, 0.25};
+  // Gradients near eps, where Adam's first step lr * g / (|g| + eps) depends on g's magnitude
+  // (far from eps it is lr * sign(g), which would hide a mangled cast); one of another dtype.
+  const std::vector<double> g = {3e-9, -2e-8, 5e-8, -1e-9};
+  for (DType gdt : {DType::f64, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(gdt));
+    Tensor p = tensor<double>(p0, {4}).to(DType::f32).requires_grad_();
+    optim::Adam opt({p}, {.lr = 0.1, .eps = 1e-8});
+    Tensor grad = tensor<double>(g, {4}).to(gdt);
+    p.set_grad(grad);
+    opt.step();
+    EXPECT_EQ(opt.state_step(0), 1);
+    EXPECT_EQ(p.dtype(), DType::f32);
+    // Step 1, bias-corrected: m_hat = g, sqrt(v_hat) = |g|; from the gradient as cast to f32.
+    const std::vector<double> gc = grad.to(DType::f32).to_vector<double>();
+    std::vector<double> expect(4);
+    for (size_t i = 0; i < 4; ++i) expect[i] = p0[i] - 0.1 * gc[i] / (std::fabs(gc[i]) + 1e-8);
+    EXPECT_TRUE(test::all_close(p.detach(), expect, 1e-6, 1e-7));
+  }
 }
 
 TEST(OptimizerErrors, LoadStateDictRejectsMismatchesAndChangesNothing) {

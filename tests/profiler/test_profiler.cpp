@@ -104,6 +104,7 @@ TEST(Profiler, OffRecordsNothing) {
 
 TEST(Profiler, NestedRangesSelfAndTotal) {
   prof::Profiler p;
+  const auto t0 = std::chrono::steady_clock::now();
   p.start();
   {
     prof::record_function outer("outer");
@@ -114,6 +115,7 @@ TEST(Profiler, NestedRangesSelfAndTotal) {
     }
   }
   p.stop();
+  const int64_t wall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   const auto& ev = p.events();
   ASSERT_EQ(ev.size(), 2u);
   const prof::Event& o = ev[0];
@@ -126,10 +128,11 @@ TEST(Profiler, NestedRangesSelfAndTotal) {
   EXPECT_EQ(o.depth, 0);
   EXPECT_EQ(i.depth, 1);
   EXPECT_EQ(o.thread, i.thread);
-  // Loose bounds on times: sleeps last at least as asked, and not absurdly longer.
+  // Bounds that hold on any machine, however loaded: a sleep lasts at least as asked, and a
+  // range lasts no longer than the test's own clock saw around the whole block.
   EXPECT_GE(i.cpu_ns(), 30'000'000);
   EXPECT_GE(o.cpu_ns(), 50'000'000);
-  EXPECT_LT(o.cpu_ns(), 2'000'000'000);
+  EXPECT_LE(o.cpu_ns(), wall_ns);
   EXPECT_GE(i.start_ns, o.start_ns);
   EXPECT_LE(i.end_ns, o.end_ns);
   // Exact arithmetic: self = total - children.
@@ -150,9 +153,15 @@ TEST(Profiler, NestedRangesSelfAndTotal) {
   EXPECT_NE(t.find("# of Calls"), std::string::npos);
   EXPECT_EQ(t.find("CUDA total"), std::string::npos);  // no CUDA work was recorded
   EXPECT_NE(t.find("Self CPU time total:"), std::string::npos);
-  // Sorted by self time: inner (30 ms) before outer (20 ms).
+  // Sorted by the self times the profiler reports (whichever is larger comes first): not by
+  // the sleeps, which a loaded machine may stretch unevenly.
   ASSERT_NE(t.find("inner"), std::string::npos);
-  EXPECT_LT(t.find("inner"), t.find("outer"));
+  ASSERT_NE(t.find("outer"), std::string::npos);
+  if (i.self_cpu_ns > o.self_cpu_ns) {
+    EXPECT_LT(t.find("inner"), t.find("outer")) << t;
+  } else if (o.self_cpu_ns > i.self_cpu_ns) {
+    EXPECT_LT(t.find("outer"), t.find("inner")) << t;
+  }
   // The percentages of self time: inner + outer = 100%.
   EXPECT_NE(t.find("100.00%"), std::string::npos);  // outer's CPU total %
 }
@@ -290,29 +299,40 @@ TEST(Profiler, RecordsEveryThread) {
 TEST(Profiler, RangeOpenAtStopEndsThere) {
   prof::Profiler p;
   p.start();
+  int64_t until_stop_ns = 0;
   {
+    const auto t0 = std::chrono::steady_clock::now();
     prof::record_function r("open_at_stop");
     sleep_ms(5);
     p.stop();
+    until_stop_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
     sleep_ms(20);  // after stop: not counted
   }
   const prof::Event* e = find_named(p.events(), "open_at_stop");
   ASSERT_NE(e, nullptr);
   EXPECT_GE(e->cpu_ns(), 5'000'000);
-  EXPECT_LT(e->cpu_ns(), 20'000'000);
+  // The range ended at stop(): no longer than the time from its opening to stop()'s return,
+  // however loaded the machine (a range ended at its close would include the 20 ms after).
+  EXPECT_LE(e->cpu_ns(), until_stop_ns);
 }
 
 TEST(Profiler, StartStopWhileAnotherThreadDispatches) {
   std::atomic<bool> done{false};
+  std::atomic<int64_t> worker_adds{0};
   Tensor a = ones({4});
   std::thread worker([&] {
     while (!done.load()) {
       prof::record_function r("work");
       Tensor c = a + a;
+      ++worker_adds;
     }
   });
+  // The worker must be running before the sessions begin; a loaded machine may start it late.
+  while (worker_adds.load() == 0) std::this_thread::yield();
   int64_t adds = 0;
-  for (int i = 0; i < 20; ++i) {
+  // At least 20 sessions, and more (up to 2000) until one has seen the worker's adds: a busy
+  // machine may leave the worker unscheduled during a short session.
+  for (int i = 0; i < 2000 && (i < 20 || adds == 0); ++i) {
     prof::Profiler p;
     p.start();
     sleep_ms(2);
@@ -446,7 +466,7 @@ TEST(Profiler, ChromeTraceIsValidAndNested) {
 }
 
 TEST(Profiler, CudaTimesFromEvents) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  EMBER_SKIP_WITHOUT_CUDA();
   Tensor a = randn({512, 512}, Device::cuda()), b = randn({512, 512}, Device::cuda());
   Tensor warm = matmul(a, b);
   cuda::synchronize();

@@ -1,6 +1,8 @@
 #include "support/test_support.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -11,6 +13,18 @@ std::vector<Device> test_devices() {
   // Always list CUDA so the cases show up (and skip) in CI: that keeps the suite identical.
   d.push_back(Device::cuda(0));
   return d;
+}
+
+std::vector<Device> cuda_devices() { return {Device::cuda(0)}; }
+
+bool cuda_expected() {
+  if (const char* r = std::getenv("EMBER_REQUIRE_CUDA"); r != nullptr && *r != '\0')
+    return std::string(r) != "0";
+  // CUDA_VISIBLE_DEVICES="" or "-1" hides the GPUs on purpose: nothing is expected then.
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr && (*v == '\0' || *v == '-'))
+    return false;
+  std::error_code ec;
+  return std::filesystem::exists("/dev/nvidia0", ec) || std::filesystem::exists("/dev/nvidiactl", ec);
 }
 
 std::string device_label(const ::testing::TestParamInfo<Device>& info) {
@@ -27,7 +41,10 @@ static ::testing::AssertionResult compare(const std::vector<double>& a, const Sh
     bool both_nan = std::isnan(a[i]) && std::isnan(b[i]);
     bool same_inf = std::isinf(a[i]) && a[i] == b[i];
     if (both_nan || same_inf) continue;
-    if (!(std::fabs(a[i] - b[i]) <= atol + rtol * std::fabs(b[i])))
+    // An infinity on either side matches only itself: |x - inf| <= rtol * inf would hold for
+    // every x (and for -inf), so the relative bound cannot be used there.
+    const bool any_inf = std::isinf(a[i]) || std::isinf(b[i]);
+    if (any_inf || !(std::fabs(a[i] - b[i]) <= atol + rtol * std::fabs(b[i])))
       return ::testing::AssertionFailure() << "element " << i << ": actual " << a[i]
                                            << " expected " << b[i] << " (shape "
                                            << str(a_shape) << ")";
@@ -46,6 +63,24 @@ static ::testing::AssertionResult compare(const std::vector<double>& a, const Sh
 
 ::testing::AssertionResult all_close(const Tensor& actual, const std::vector<double>& expected,
                                      double rtol, double atol) {
+  // A flat list stands for a 1-d tensor (or a 0-d one when it has one value): a result of
+  // another shape with the same number of elements is a wrong result, not a match.
+  const bool shape_ok = actual.dim() == 1 || (actual.dim() == 0 && expected.size() == 1);
+  if (!shape_ok)
+    return ::testing::AssertionFailure() << "shape " << str(actual.sizes()) << " vs a flat list of "
+                                         << expected.size() << " values (compare with a tensor of the "
+                                         << "expected shape instead)";
+  return compare(actual.to_vector<double>(), actual.sizes(), expected, rtol, atol);
+}
+
+::testing::AssertionResult all_close(const Tensor& actual, const Shape& expected_shape,
+                                     const std::vector<double>& expected, double rtol, double atol) {
+  if (actual.sizes() != expected_shape)
+    return ::testing::AssertionFailure() << "shape " << str(actual.sizes()) << " vs expected "
+                                         << str(expected_shape);
+  if (int64_t(expected.size()) != expected_shape.numel())
+    return ::testing::AssertionFailure() << "the test's list has " << expected.size()
+                                         << " values for shape " << str(expected_shape);
   return compare(actual.to_vector<double>(), actual.sizes(), expected, rtol, atol);
 }
 

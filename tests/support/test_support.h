@@ -11,16 +11,28 @@
 
 namespace ember::test {
 
-// Devices to run a test body on: the CPU always, CUDA when a device is visible.
+// Devices to run a test body on: the CPU and CUDA (whose cases skip without a device). Use it
+// for a body that checks every device against an independent reference (f64 loops, hand
+// values, brute force).
 std::vector<Device> test_devices();
+// CUDA only: for a body whose reference is the CPU path itself ("CUDA matches the CPU").
+// Instantiated for the CPU such a body would compare the CPU with itself and pass without
+// testing anything, so it is not; without a GPU its cases skip.
+std::vector<Device> cuda_devices();
 std::string device_label(const ::testing::TestParamInfo<Device>& info);
 
 // Element-wise |a - b| <= atol + rtol * |b| over tensors of equal shape (any dtype/device);
 // on failure, the message names the first mismatching index and both values.
 ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected,
                                      double rtol = 1e-5, double atol = 1e-6);
+// The list form is for 1-d results (0-d with a single value); any other shape fails.
 ::testing::AssertionResult all_close(const Tensor& actual, const std::vector<double>& expected,
                                      double rtol = 1e-5, double atol = 1e-6);
+// Row-major values of a result whose shape must be `expected_shape` (state the shape the op
+// must produce, never the actual's own sizes()).
+::testing::AssertionResult all_close(const Tensor& actual, const Shape& expected_shape,
+                                     const std::vector<double>& expected, double rtol = 1e-5,
+                                     double atol = 1e-6);
 
 // A named array from a fixture file: lines "name shape... : values...".
 struct Fixture {
@@ -43,11 +55,30 @@ std::string message_of(F&& f) {
   return "no exception";
 }
 
-// Skips the current test when no CUDA device is present.
+// Whether this machine must run the CUDA tests: EMBER_REQUIRE_CUDA=1, or (unless
+// EMBER_REQUIRE_CUDA=0 or CUDA_VISIBLE_DEVICES hides every device) an NVIDIA driver's device
+// nodes exist. There a build that sees no device (one built without CUDA, which links the
+// cuda_stub) is a failure, not a skip.
+bool cuda_expected();
+
+// The one place a CUDA test gives up: a skip (with its reason) on a machine without a GPU, a
+// failure where a GPU is present but this build cannot see it. A missing CUDA kernel is never
+// a reason to skip: with a device present it must fail.
+#define EMBER_SKIP_WITHOUT_CUDA()                                                          \
+  do {                                                                                     \
+    if (!::ember::cuda::is_available()) {                                                  \
+      if (::ember::test::cuda_expected())                                                  \
+        FAIL() << "an NVIDIA GPU is on this machine but this build sees no CUDA device "   \
+                  "(built without nvcc, so the cuda_stub was linked?)";                    \
+      else                                                                                 \
+        GTEST_SKIP() << "no CUDA device on this machine";                                  \
+    }                                                                                      \
+  } while (0)
+
+// The same, for a test body parametrized by device: only a CUDA device can be missing.
 #define EMBER_SKIP_IF_NO_DEVICE(device)                                   \
   do {                                                                    \
-    if ((device).is_cuda() && !::ember::cuda::is_available())             \
-      GTEST_SKIP() << "no CUDA device";                                   \
+    if ((device).is_cuda()) EMBER_SKIP_WITHOUT_CUDA();                    \
   } while (0)
 
 }  // namespace ember::test

@@ -1,0 +1,123 @@
+// Tensors above 2^31 elements on CUDA: every index, offset and grid computation must be 64-bit.
+// Each op's result is compared with a chunked reference: the same op over pieces below 2^31
+// elements (paths the other CUDA tests compare with the CPU), combined on the host in f64. They
+// need a card with tens of GB free (an H100 has 80); with less they skip and say how much.
+#include <cmath>
+
+#include <ember/ops/index.h>
+
+#include "support/test_support.h"
+
+using namespace ember;
+
+namespace {
+
+constexpr int64_t kBig = (int64_t(1) << 31) + 4099;  // past 2^31, not a multiple of anything nice
+
+// Skips unless `bytes` are free on cuda:0 (after the caching allocator's cache is released).
+#define EMBER_SKIP_UNLESS_FREE(bytes)                                                              \
+  do {                                                                                            \
+    EMBER_SKIP_WITHOUT_CUDA();                                                                    \
+    cuda::empty_cache();                                                                          \
+    const size_t free_bytes = cuda::get_device_properties(0).free_memory;                         \
+    if (free_bytes < size_t(bytes))                                                               \
+      GTEST_SKIP() << "needs " << (size_t(bytes) >> 30) << " GiB free on cuda:0, the card has "   \
+                   << (free_bytes >> 30) << " GiB free";                                          \
+  } while (0)
+
+double max_rel(const Tensor& a, const Tensor& b) {
+  return (a.to(DType::f64) - b.to(DType::f64)).abs().max().item<double>() /
+         std::max(1e-30, b.to(DType::f64).abs().max().item<double>());
+}
+
+}  // namespace
+
+// A broadcast add in f16 over kBig elements ([kBig / 4099, 4099] + [4099]), checked piece by
+// piece against the same add on row ranges below 2^31 elements.
+TEST(LargeTensorsCuda, BroadcastAddInF16PastTwoToTheThirtyOne) {
+  EMBER_SKIP_UNLESS_FREE(int64_t(14) << 30);
+  const Device dev = Device::cuda(0);
+  const int64_t cols = 4099, rows = kBig / cols + 1;
+  ASSERT_GT(rows * cols, int64_t(1) << 31);
+  NoGradGuard no_grad;
+  Tensor x = randn({rows, cols}, TensorOptions(DType::f16).device(dev));
+  Tensor b = randn({cols}, TensorOptions(DType::f16).device(dev));
+  Tensor y = x + b;
+  const int64_t piece = (int64_t(1) << 30) / cols;  // rows per piece: ~2^30 elements
+  for (int64_t r0 = 0; r0 < rows; r0 += piece) {
+    const int64_t n = std::min(piece, rows - r0);
+    Tensor ref = x.narrow(0, r0, n) + b;
+    EXPECT_EQ(y.narrow(0, r0, n).ne(ref).sum().item<int64_t>(), 0) << "rows " << r0 << ".." << r0 + n;
+  }
+  // The last element, whose flat index is past 2^31.
+  EXPECT_EQ(y.select(0, rows - 1).select(0, cols - 1).item<double>(),
+            (x.select(0, rows - 1).select(0, cols - 1) + b.select(0, cols - 1)).item<double>());
+}
+
+// sum over kBig f32 elements, all at once and along each dim of a 2-d view, against f64 sums
+// of pieces.
+TEST(LargeTensorsCuda, SumPastTwoToTheThirtyOne) {
+  EMBER_SKIP_UNLESS_FREE(int64_t(12) << 30);
+  const Device dev = Device::cuda(0);
+  NoGradGuard no_grad;
+  Tensor x = rand({kBig}, dev);  // positive: no cancellation to blur the comparison
+  double ref = 0;
+  const int64_t piece = int64_t(1) << 30;
+  for (int64_t i = 0; i < kBig; i += piece) ref += x.narrow(0, i, std::min(piece, kBig - i)).to(DType::f64).sum().item<double>();
+  EXPECT_NEAR(x.sum().item<double>(), ref, 1e-6 * ref);
+  const int64_t cols = 4099, rows = kBig / cols;
+  Tensor m = x.narrow(0, 0, rows * cols).view({rows, cols});
+  Tensor by_col = m.sum({0});
+  Tensor ref_col = zeros({cols}, TensorOptions(DType::f64).device(dev));
+  for (int64_t r0 = 0; r0 < rows; r0 += piece / cols) ref_col += m.narrow(0, r0, std::min(piece / cols, rows - r0)).to(DType::f64).sum({0});
+  EXPECT_LT(max_rel(by_col, ref_col), 1e-5);
+  EXPECT_LT(max_rel(m.sum({1}).narrow(0, rows - 5, 5), m.narrow(0, rows - 5, 5).to(DType::f64).sum({1})), 1e-6);
+}
+
+// cross-entropy over bf16 logits [131072, 50257] (6.6e9 elements): the loss against the mean of
+// per-piece losses, and the logits' gradient on the last rows against the piece's own.
+TEST(LargeTensorsCuda, CrossEntropyOnBf16Logits131072x50257) {
+  EMBER_SKIP_UNLESS_FREE(int64_t(36) << 30);
+  const Device dev = Device::cuda(0);
+  const int64_t N = 131072, V = 50257;
+  Tensor logits = randn({N, V}, TensorOptions(DType::bf16).device(dev)).requires_grad_();
+  Tensor target = randint(0, V, {N}, TensorOptions(DType::i64).device(dev));
+  Tensor loss = cross_entropy(logits, target);
+  loss.backward();
+  const int64_t piece = 16384;  // 16384 * 50257 < 2^31
+  double ref = 0;
+  {
+    NoGradGuard no_grad;
+    for (int64_t r0 = 0; r0 < N; r0 += piece)
+      ref += cross_entropy(logits.detach().narrow(0, r0, piece), target.narrow(0, r0, piece), {.reduction = Reduction::sum})
+                 .to(DType::f64)
+                 .item<double>();
+  }
+  ref /= double(N);
+  EXPECT_NEAR(loss.item<double>(), ref, 1e-2 * std::fabs(ref));  // bf16 output: 3 significant digits
+  // The gradient of the last piece's rows: the piece's own mean-loss gradient scaled by piece/N.
+  Tensor tail = logits.detach().narrow(0, N - piece, piece).clone().requires_grad_();
+  cross_entropy(tail, target.narrow(0, N - piece, piece)).backward();
+  Tensor expect = tail.grad().to(DType::f32) * (double(piece) / double(N));
+  Tensor got = logits.grad().narrow(0, N - piece, piece).to(DType::f32);
+  EXPECT_LT(max_rel(got, expect), 2e-2);
+}
+
+// embedding backward into a 250000 x 12288 table (3.07e9 elements): each column half against
+// the same backward on that half alone (1.5e9 elements).
+TEST(LargeTensorsCuda, EmbeddingBackwardIntoA250000x12288Table) {
+  EMBER_SKIP_UNLESS_FREE(int64_t(40) << 30);
+  const Device dev = Device::cuda(0);
+  const int64_t vocab = 250000, D = 12288;
+  NoGradGuard no_grad;
+  Tensor tok = randint(0, vocab, {4, 512}, TensorOptions(DType::i64).device(dev));
+  tok.narrow(1, 0, 64).fill_(vocab - 1);  // the last row, whose offsets are the largest
+  Tensor g = randn({4, 512, D}, dev);
+  Tensor table = ops::embedding_backward(g, tok, vocab);
+  ASSERT_EQ(table.sizes(), (Shape{vocab, D}));
+  for (int64_t half = 0; half < 2; ++half) {
+    Tensor gh = g.narrow(2, half * D / 2, D / 2).contiguous();
+    Tensor ref = ops::embedding_backward(gh, tok, vocab);
+    EXPECT_EQ(table.narrow(1, half * D / 2, D / 2).ne(ref).sum().item<int64_t>(), 0) << "half " << half;
+  }
+}
