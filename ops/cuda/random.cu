@@ -30,8 +30,14 @@ __global__ void random_kernel(S* out, int64_t n, Generator::State s, Dist dist, 
       double u = Philox::uniform_double(w[k], w[k + 1]);
       if (dist == Dist::uniform) {
         v = a + (b - a) * u;
-        if constexpr (!std::is_same_v<S, bool> && !std::is_integral_v<S>)
-          if (double(float(S(v))) >= b) v = below;  // keep [a, b) half-open after rounding
+        // Keep [a, b) half-open after rounding to S, as the CPU does (ops/cpu/random.cpp): an
+        // f64 value is its own rounding (going through float would move values just below b
+        // in f64 onto `below`); 16-bit values round through f32, their only conversion.
+        if constexpr (std::is_same_v<S, double>) {
+          if (v >= b) v = below;
+        } else if constexpr (!std::is_same_v<S, bool> && !std::is_integral_v<S>) {
+          if (double(float(S(float(v)))) >= b) v = below;
+        }
       } else {
         double r = a + floor(u * (b - a));
         v = r > b - 1 ? b - 1 : r;

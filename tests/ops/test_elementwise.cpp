@@ -4,6 +4,7 @@
 // comparisons, where and masked_fill.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <map>
@@ -690,6 +691,26 @@ TEST_P(ElementwiseDevice, RandomStreamsAreTheSameOnEveryDevice) {
   EXPECT_TRUE(test::all_close(randn({1001}, dev, &g1).cpu(), randn({1001}, Device::cpu(), &g2), 1e-6, 1e-6));
   EXPECT_TRUE(test::all_close(randint(-5, 50, {999}, TensorOptions(DType::i64).device(dev), &g1).cpu(),
                               randint(-5, 50, {999}, DType::i64, &g2), 0, 0));
+}
+
+// f64 uniforms just below 1 stay what they are on CUDA too (its [low, high) clamp once went
+// through float, turning every draw above 1 - 2^-25 into the largest double below 1): the
+// draws of 2^26 f64 values where that happens, compared with the CPU's bit for bit.
+TEST_P(ElementwiseDevice, F64UniformsJustBelowOneMatchTheCpu) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  const int64_t n = int64_t(1) << 26;
+  Generator gc(77), gd(77);
+  const std::vector<double> cpu = rand({n}, DType::f64, &gc).to_vector<double>();
+  const std::vector<double> gpu = rand({n}, TensorOptions(DType::f64).device(dev), &gd).cpu().to_vector<double>();
+  int64_t near_one = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (cpu[size_t(i)] > 1.0 - std::ldexp(1.0, -25)) {
+      ++near_one;
+      EXPECT_EQ(gpu[size_t(i)], cpu[size_t(i)]) << "element " << i;
+    }
+  std::printf("%lld f64 draws above 1 - 2^-25 among 2^26\n", static_cast<long long>(near_one));
+  EXPECT_EQ(gpu, cpu);
 }
 
 // f64, the integer dtypes and bool on the device, op by op against the CPU: exact wherever the
