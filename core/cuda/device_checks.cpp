@@ -3,11 +3,17 @@
 // Invariants:
 // - One DeviceFault per device, cudaMalloc'd on first use and kept for the life of the process
 //   (never from the caching allocator: a record made during a capture would come from the
-//   graph's private pool and vanish with it). One page-locked, mapped flag array for all
-//   devices, allocated with the first record.
-// - raise_deferred_errors() costs one relaxed read per device that has a record when nothing
-//   was reported; only a set flag leads to CUDA calls (a copy of the record and its reset).
-// - A fault is raised once: the record and the flag are cleared before the throw.
+//   graph's private pool and vanish with it), with a private non-blocking stream for reading
+//   and resetting it: the legacy stream would fail (and invalidate the capture) while a
+//   blocking stream of this device is being captured. One page-locked, mapped flag array for
+//   all devices, allocated with the first record. Made in relaxed capture mode, so preparing a
+//   record from a thread that is capturing does not invalidate its capture.
+// - fault_site() is lock-free once a device is prepared: an acquire load of its slot.
+// - raise_deferred_errors() costs one relaxed read per device when nothing was reported; only a
+//   set flag leads to CUDA calls (a copy of the record and its reset).
+// - A fault is raised once: the flag, then the record, are cleared before the throw; a failure
+//   while reading it sets the flag again, so the fault is not lost with the device's record
+//   left claimed (which would silence every later fault on that device).
 #include "ember/cuda/device_checks.h"
 
 #include <atomic>
@@ -25,11 +31,31 @@ namespace {
 
 constexpr int kMaxDevices = 64;
 
+struct Slot {
+  DeviceFault* record = nullptr;
+  unsigned int* flag_dev = nullptr;  // the device's view of its flag
+  cudaStream_t stream = nullptr;     // private, non-blocking: reads and resets the record
+};
+
 struct Records {
-  std::mutex mu;
-  DeviceFault* record[kMaxDevices] = {};
+  std::mutex mu;  // serializes preparing and raising
+  Slot slot[kMaxDevices];
+  std::atomic<const Slot*> ready[kMaxDevices] = {};  // set once a slot is complete
   unsigned int* flags = nullptr;  // kMaxDevices flags, page-locked and mapped
   std::atomic<bool> any{false};   // some record exists: raise_deferred_errors has work
+};
+
+// Calls that a capture on this thread would forbid (cudaMalloc, creating a stream) are made in
+// relaxed mode, and the thread's mode is put back after.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() { EMBER_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_)); }
+  ~RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
 };
 
 Records& records() {
@@ -73,9 +99,11 @@ void prepare_fault_record(int device) {
   EMBER_CHECK(device >= 0 && device < kMaxDevices, DeviceError, "[cuda] device index ", device,
               " is outside the supported range [0, ", kMaxDevices, ")");
   Records& r = records();
+  if (r.ready[device].load(std::memory_order_acquire) != nullptr) return;
   std::lock_guard<std::mutex> lock(r.mu);
-  if (r.record[device] != nullptr) return;
+  if (r.ready[device].load(std::memory_order_acquire) != nullptr) return;
   const DeviceGuard guard(device);
+  const RelaxedCapture relaxed;
   if (r.flags == nullptr) {
     void* p = nullptr;
     // Portable: mapped into every device's address space, not only the current one's.
@@ -84,26 +112,29 @@ void prepare_fault_record(int device) {
     std::memset(p, 0, kMaxDevices * sizeof(unsigned int));
     r.flags = static_cast<unsigned int*>(p);
   }
-  void* rec = nullptr;
-  EMBER_CUDA_CHECK(cudaMalloc(&rec, sizeof(DeviceFault)));
-  // Waited for on purpose (once per device, outside any capture): the record is zero before
-  // any kernel on any stream can see it. The legacy stream does not touch other threads'
-  // (non-blocking) capture streams.
-  EMBER_CUDA_CHECK(cudaMemsetAsync(rec, 0, sizeof(DeviceFault), nullptr));
-  EMBER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
-  r.record[device] = static_cast<DeviceFault*>(rec);
-  r.any.store(true);
+  Slot& s = r.slot[device];
+  if (s.stream == nullptr) EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  if (s.record == nullptr) {
+    void* rec = nullptr;
+    EMBER_CUDA_CHECK(cudaMalloc(&rec, sizeof(DeviceFault)));
+    s.record = static_cast<DeviceFault*>(rec);
+  }
+  // Zero before any kernel can see it (once per device).
+  EMBER_CUDA_CHECK(cudaMemsetAsync(s.record, 0, sizeof(DeviceFault), s.stream));
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  void* flag_dev = nullptr;
+  EMBER_CUDA_CHECK(cudaHostGetDevicePointer(&flag_dev, r.flags + device, 0));
+  s.flag_dev = static_cast<unsigned int*>(flag_dev);
+  r.ready[device].store(&s, std::memory_order_release);
+  r.any.store(true, std::memory_order_release);
 }
 
 FaultSite fault_site(int device, FaultKind kind, const char* op, long long a, long long b, long long c) {
-  prepare_fault_record(device);
-  Records& r = records();
+  prepare_fault_record(device);  // one acquire load once the device is prepared
+  const Slot* slot = records().ready[device].load(std::memory_order_acquire);
   FaultSite s;
-  s.record = r.record[device];
-  unsigned int* flag_host = r.flags + device;
-  void* flag_dev = nullptr;
-  EMBER_CUDA_CHECK(cudaHostGetDevicePointer(&flag_dev, flag_host, 0));
-  s.host_flag = static_cast<unsigned int*>(flag_dev);
+  s.record = slot->record;
+  s.host_flag = slot->flag_dev;
   s.kind = int(kind);
   s.op = static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(op));
   s.a = a;
@@ -122,7 +153,8 @@ void raise_deferred_errors() {
   Records& r = records();
   if (!r.any.load(std::memory_order_acquire)) return;
   for (int d = 0; d < kMaxDevices; ++d) {
-    if (r.flags == nullptr) return;
+    const Slot* slot = r.ready[d].load(std::memory_order_acquire);
+    if (slot == nullptr) continue;
     volatile unsigned int* flag = r.flags + d;
     if (*flag == 0u) continue;
     std::lock_guard<std::mutex> lock(r.mu);
@@ -132,13 +164,17 @@ void raise_deferred_errors() {
     // erase that new fault's flag while its claim stays in the record, silencing the device.
     *flag = 0u;
     DeviceFault f{};
-    {
+    try {
       const DeviceGuard guard(d);
-      // Synchronous copies on the legacy stream: the fault's kernel has completed (the flag is
-      // set after the record is written), and this is the error path.
-      EMBER_CUDA_CHECK(cudaMemcpy(&f, r.record[d], sizeof(f), cudaMemcpyDeviceToHost));
-      EMBER_CUDA_CHECK(cudaMemsetAsync(r.record[d], 0, sizeof(DeviceFault), nullptr));
-      EMBER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+      // On the record's own non-blocking stream: the fault's kernel has completed (the flag is
+      // set after the record is written), and no other stream or capture is touched. A copy
+      // to pageable memory returns once it is done.
+      EMBER_CUDA_CHECK(cudaMemcpyAsync(&f, slot->record, sizeof(f), cudaMemcpyDeviceToHost, slot->stream));
+      EMBER_CUDA_CHECK(cudaMemsetAsync(slot->record, 0, sizeof(DeviceFault), slot->stream));
+      EMBER_CUDA_CHECK(cudaStreamSynchronize(slot->stream));
+    } catch (...) {
+      *flag = 1u;  // still pending: the next synchronization tries again
+      throw;
     }
     if (f.claimed == 0) continue;  // nothing complete to report (cannot happen after a flag)
     throw IndexError(format(f));

@@ -1,7 +1,11 @@
 // CUDA build: device queries, the device allocator (the caching allocator of
 // core/cuda/caching_allocator.cpp) and byte copies. Every device switch is a DeviceGuard,
 // which puts the caller's device back (pinned memory: core/cuda/host_allocator.cpp).
+#include <cuda.h>
+
+#include <atomic>
 #include <cstring>
+#include <utility>
 
 #include "ember/cuda.h"
 #include "ember/cuda/caching_allocator.h"
@@ -57,6 +61,35 @@ std::string runtime_version() {
 }
 
 namespace detail {
+
+bool primary_context_active(int device) noexcept {
+  static std::atomic<uint64_t> known_active{0};  // devices 0..63 seen with a context
+  if (device >= 0 && device < 64 && (known_active.load(std::memory_order_relaxed) >> device & 1u)) return true;
+  // The driver API through the runtime's entry points: no link to libcuda.
+  using GetFn = CUresult (*)(CUdevice*, int);
+  using StateFn = CUresult (*)(CUdevice, unsigned int*, int*);
+  static const std::pair<GetFn, StateFn> fns = [] {
+    void* get = nullptr;
+    void* state = nullptr;
+    cudaDriverEntryPointQueryResult q1{}, q2{};
+    if (cudaGetDriverEntryPointByVersion("cuDeviceGet", &get, 12000, cudaEnableDefault, &q1) != cudaSuccess ||
+        cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &state, 12000, cudaEnableDefault, &q2) !=
+            cudaSuccess ||
+        q1 != cudaDriverEntryPointSuccess || q2 != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return std::pair<GetFn, StateFn>{nullptr, nullptr};
+    }
+    return std::pair<GetFn, StateFn>{reinterpret_cast<GetFn>(get), reinterpret_cast<StateFn>(state)};
+  }();
+  if (fns.first == nullptr || fns.second == nullptr) return true;  // cannot tell: restore
+  CUdevice dev{};
+  unsigned int flags = 0;
+  int active = 0;
+  if (fns.first(&dev, device) != CUDA_SUCCESS || fns.second(dev, &flags, &active) != CUDA_SUCCESS) return true;
+  if (active && device >= 0 && device < 64) known_active.fetch_or(uint64_t(1) << device, std::memory_order_relaxed);
+  return active != 0;
+}
+
 void check_device(const char* op, Device device) {
   if (device.is_cpu()) return;
   EMBER_CHECK(visible_devices() > 0, DeviceError, "[", op, "] ", device,

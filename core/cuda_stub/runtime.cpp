@@ -24,6 +24,7 @@ bool sync_checks() { return g_sync_checks; }
 
 namespace detail {
 void raise_deferred_errors() {}
+bool primary_context_active(int) noexcept { return false; }
 DeferredErrorsHeld::DeferredErrorsHeld() = default;
 DeferredErrorsHeld::~DeferredErrorsHeld() = default;
 void check_device(const char* op, Device device) {

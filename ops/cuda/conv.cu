@@ -22,6 +22,7 @@
 #include <cudnn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <map>
 #include <mutex>
@@ -175,10 +176,18 @@ struct AlgoChoice {
 // none); otherwise all of them in the heuristics' order, fastest first, as PyTorch does
 // (preferring deterministic ones regardless would give up the fastest algorithms for
 // nothing the user asked for).
+// The ranked candidates of one convolution, and where to start: after a candidate's workspace
+// could not be had, later calls start at the one that ran, instead of failing the same
+// allocations again (each failure empties the allocator's cache, a device-wide wait).
+struct Candidates {
+  std::vector<AlgoChoice> algos;
+  std::atomic<size_t> first{0};
+};
+
 template <class Perf, class Query>
-std::vector<AlgoChoice> candidates(Pass pass, const ConvSetup& s, Query query) {
+Candidates& candidates(Pass pass, const ConvSetup& s, Query query) {
   static std::mutex mu;
-  static std::map<std::vector<int64_t>, std::vector<AlgoChoice>> cache;
+  static std::map<std::vector<int64_t>, Candidates> cache;  // node-based: entries never move
   const bool deterministic = is_deterministic();
   std::vector<int64_t> key = s.key;
   key.push_back(int64_t(pass));
@@ -204,8 +213,9 @@ std::vector<AlgoChoice> candidates(Pass pass, const ConvSetup& s, Query query) {
               s.key[4], "x", s.key[5], "x", s.key[6], " and weight ", s.key[7], "x", s.key[8], "x", s.key[9],
               "x", s.key[10]);
   std::lock_guard<std::mutex> lock(mu);
-  cache.emplace(std::move(key), out);
-  return out;
+  auto [it, fresh] = cache.try_emplace(std::move(key));
+  if (fresh) it->second.algos = std::move(out);
+  return it->second;
 }
 
 // A device buffer of `bytes` from ember's allocator (kept alive by the returned tensor).
@@ -218,11 +228,13 @@ Tensor workspace(size_t bytes, Device device) {
 // had is passed over for the next one (the caching allocator has already released its cache
 // before saying so); only when none fits is that an OutOfMemoryError, naming what was tried.
 template <class SizeOf, class Run>
-void run_first_that_fits(const std::vector<AlgoChoice>& cands, ConvSetup& s, Device device, const char* pass,
-                         SizeOf size_of, Run run) {
+void run_first_that_fits(Candidates& cands, ConvSetup& s, Device device, const char* pass, SizeOf size_of,
+                         Run run) {
   const int64_t limit = cudnn_workspace_limit();
   std::string tried;
-  for (const AlgoChoice& c : cands) {
+  const size_t first = cands.first.load(std::memory_order_relaxed);
+  for (size_t i = first; i < cands.algos.size(); ++i) {
+    const AlgoChoice& c = cands.algos[i];
     s.set_math(c.math);
     const size_t bytes = size_of(c.algo);
     if (limit >= 0 && bytes > uint64_t(limit)) {
@@ -237,6 +249,9 @@ void run_first_that_fits(const std::vector<AlgoChoice>& cands, ConvSetup& s, Dev
       continue;
     }
     run(c.algo, ws.data_ptr(), bytes);
+    // Out of memory for the ones before: start here next time (a limit is applied anew at
+    // every call, so it is not remembered this way).
+    if (tried.find("out of memory") != std::string::npos) cands.first.store(i, std::memory_order_relaxed);
     return;
   }
   throw OutOfMemoryError(str("[conv2d] no cuDNN algorithm for the ", pass, " pass has a workspace that fits "
@@ -338,7 +353,7 @@ __global__ void max_pool2d_gather_fwd_kernel(const U* gx, const int64_t* indices
 void conv2d_fwd_kernel(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                        const Conv2dParams& p) {
   ConvSetup s(x.sizes(), w.sizes(), y.sizes(), x.dtype(), x.device(), p);
-  const auto cands = candidates<cudnnConvolutionFwdAlgoPerf_t>(Pass::forward, s, [&](int n, int* got, auto* perf) {
+  auto& cands = candidates<cudnnConvolutionFwdAlgoPerf_t>(Pass::forward, s, [&](int n, int* got, auto* perf) {
     return cudnnGetConvolutionForwardAlgorithm_v7(s.handle, s.x.d, s.w.d, s.conv.d, s.y.d, n, got, perf);
   });
   run_first_that_fits(
@@ -368,7 +383,7 @@ void conv2d_fwd_kernel(const Tensor& x, const Tensor& w, const Tensor& bias, con
 
 void conv2d_bwd_input_kernel(const Tensor& gy, const Tensor& w, const Tensor& gx, const Conv2dParams& p) {
   ConvSetup s(gx.sizes(), w.sizes(), gy.sizes(), gy.dtype(), gy.device(), p);
-  const auto cands =
+  auto& cands =
       candidates<cudnnConvolutionBwdDataAlgoPerf_t>(Pass::backward_data, s, [&](int n, int* got, auto* perf) {
         return cudnnGetConvolutionBackwardDataAlgorithm_v7(s.handle, s.w.d, s.y.d, s.conv.d, s.x.d, n, got, perf);
       });
@@ -390,7 +405,7 @@ void conv2d_bwd_input_kernel(const Tensor& gy, const Tensor& w, const Tensor& gx
 
 void conv2d_bwd_weight_kernel(const Tensor& gy, const Tensor& x, const Tensor& gw, const Conv2dParams& p) {
   ConvSetup s(x.sizes(), gw.sizes(), gy.sizes(), gy.dtype(), gy.device(), p);
-  const auto cands =
+  auto& cands =
       candidates<cudnnConvolutionBwdFilterAlgoPerf_t>(Pass::backward_filter, s, [&](int n, int* got, auto* perf) {
         return cudnnGetConvolutionBackwardFilterAlgorithm_v7(s.handle, s.x.d, s.y.d, s.conv.d, s.w.d, n, got, perf);
       });

@@ -207,7 +207,9 @@ __global__ void index_select_fwd_kernel(const U* x, const void* index, bool i32,
 //    runs' starts);
 // 3. a run of at most kChunk sources is summed by one thread per column, starting from the
 //    destination's old value, exactly in the CPU's order (bit-identical for f32/f64; scatter_add
-//    also rounds after every add in 16-bit dtypes, as the CPU);
+//    also rounds after every add in 16-bit dtypes, as the CPU; index_add, so embedding's
+//    backward, sums 16-bit values in f32 and rounds once, more accurate than the CPU's
+//    rounding after every add);
 // 4. a longer run (a padding token in a language-model batch, a 1-d scatter into few bins) is
 //    cut into chunks of kChunk sources, each summed by its own thread into a compute-type
 //    partial, and the partials are added to the old value in order. That order is fixed, so
@@ -315,18 +317,18 @@ __global__ void run_chunks_kernel(const int64_t* start, const int64_t* runs, int
   }
 }
 
-// Thread (q, col) sums chunk q of its run into partial[q, col]; q < the number of chunks
-// (read on the device: the grid is sized by its bound, 2n / kChunk + 1).
+// Thread (q, col) sums chunk q of its run into partial[q, col]. The number of chunks is read
+// on the device (the grid is sized by its bound, 2n / kChunk + 1; the loop stops at the
+// actual count, so idle threads cost nothing).
 template <class S, class Access>
 __global__ void run_partials_kernel(Access a, const int64_t* pos, const int64_t* start, const int64_t* runs,
                                     const int64_t* chunks, const int64_t* chunk_at, int64_t n, int64_t cols,
-                                    int64_t bound, compute_t<S>* partial) {
+                                    compute_t<S>* partial) {
   using C = compute_t<S>;
   const int64_t R = *runs, total = chunk_at[n - 1] + chunks[n - 1];
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < bound * cols;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total * cols;
        t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t q = t / cols, col = t % cols;
-    if (q >= total) continue;
     // The run holding chunk q: the last r < R with chunk_at[r] <= q (runs without chunks
     // share their successor's chunk_at, so the last one is the run that has q).
     int64_t lo = 0, hi = R;
@@ -347,13 +349,12 @@ __global__ void run_partials_kernel(Access a, const int64_t* pos, const int64_t*
 template <class S, bool kRoundEach, class Access>
 __global__ void run_sums_kernel(Access a, const unsigned long long* keys, const int64_t* pos, const int64_t* start,
                                 const int64_t* runs, const int64_t* chunks, const int64_t* chunk_at, int64_t cols,
-                                int64_t bound, unsigned long long sentinel, const compute_t<S>* partial) {
+                                unsigned long long sentinel, const compute_t<S>* partial) {
   using C = compute_t<S>;
-  const int64_t R = *runs;
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < bound * cols;
+  const int64_t R = *runs;  // the grid is sized for n runs; the loop stops at the actual count
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < R * cols;
        t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = t / cols, col = t % cols;
-    if (r >= R) continue;
     const unsigned long long key = keys[start[r]];
     if (key == sentinel) continue;
     S* d = a.dest(key, col);
@@ -423,12 +424,11 @@ void ordered_sums(Device device, cudaStream_t stream, int64_t n, uint64_t sentin
   const int64_t chunk_bound = 2 * (n / kChunk) + 1;
   Tensor partial = detail::make_tensor({chunk_bound * cols}, dtype_v<C>, device);
   run_partials_kernel<S><<<blocks_for(chunk_bound * cols), kThreads, 0, stream>>>(
-      a, p64(pos), p64(start), p64(runs), p64(chunks), p64(chunk_at), n, cols, chunk_bound,
-      static_cast<C*>(partial.data_ptr()));
+      a, p64(pos), p64(start), p64(runs), p64(chunks), p64(chunk_at), n, cols, static_cast<C*>(partial.data_ptr()));
   EMBER_CUDA_CHECK_LAUNCH();
   run_sums_kernel<S, kRoundEach><<<blocks_for(n * cols), kThreads, 0, stream>>>(
-      a, u64(keys), p64(pos), p64(start), p64(runs), p64(chunks), p64(chunk_at), cols, n,
-      (unsigned long long)sentinel, static_cast<const C*>(partial.data_ptr()));
+      a, u64(keys), p64(pos), p64(start), p64(runs), p64(chunks), p64(chunk_at), cols, (unsigned long long)sentinel,
+      static_cast<const C*>(partial.data_ptr()));
   EMBER_CUDA_CHECK_LAUNCH();
 }
 

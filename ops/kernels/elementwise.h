@@ -55,10 +55,10 @@ struct ArangeTerms {
   double start, step;
   template <class S>
   EMBER_HD S at(int64_t i) const {
-    if (integral) return S(istart + i * istep);
-    const double v = fma(double(i), step, start);
-    if constexpr (sizeof(S) == 2) return S(float(v));  // f16/bf16 through f32, as fill_ does
-    else return S(v);
+    if (integral) return cast_value<S, int64_t>(istart + i * istep);
+    // Through cast_value: a floating value into an integer dtype truncates through int64 on
+    // every backend (a direct conversion saturates on CUDA and is undefined on the host).
+    return cast_value<S, double>(fma(double(i), step, start));
   }
 };
 }  // namespace ember::ops

@@ -199,8 +199,10 @@ LayerNormBackward layer_norm_backward(const Tensor& grad, const Tensor& x, const
   EMBER_CHECK(grad.sizes() == x.sizes(), ShapeError, "[layer_norm_backward] gradient of shape ",
               grad.sizes(), " does not match the input shape ", x.sizes());
   const int64_t k = int64_t(ns.size());
-  EMBER_CHECK(k >= 1 && k <= x.dim(), ShapeError, "[", op, "] normalized_shape ", ns,
-              " does not fit the input of shape ", x.sizes());
+  bool suffix = k >= 1 && k <= x.dim();
+  for (int64_t i = 0; suffix && i < k; ++i) suffix = x.sizes()[x.dim() - k + i] == ns[i];
+  EMBER_CHECK(suffix, ShapeError, "[", op, "] normalized_shape ", ns,
+              " does not match the trailing dims of the input of shape ", x.sizes());
   int64_t rows = 1;  // as the forward counts them
   for (int64_t i = 0; i < x.dim() - k; ++i) rows *= x.sizes()[i];
   for (const Tensor* t : {&mean, &rstd})

@@ -165,6 +165,7 @@ TEST(CudaRuntime, EveryCallPutsTheCallersDeviceBack) {
   EMBER_SKIP_WITHOUT_CUDA();
   if (cuda::device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
   ASSERT_EQ(cuda::current_stream().device(), 0);
+  Tensor on_zero = zeros({1}, Device::cuda(0));  // the caller works on cuda:0 (its context exists)
   const Device other = Device::cuda(1);
   Tensor x = randn({4096});
   Tensor y = x.to(other);                        // copy_bytes
@@ -188,4 +189,18 @@ TEST(CudaRuntime, EveryCallPutsTheCallersDeviceBack) {
   EXPECT_EQ(cuda::current_stream().device(), 0);
   EXPECT_TRUE(all_close(w.cpu(), x));
   EXPECT_TRUE(std::isfinite(z.item<double>()));
+}
+
+// A thread that never chose a device (cudaGetDevice reads 0) and works only on cuda:1 creates
+// no context on cuda:0: the guards do not "restore" a device nothing ran on.
+TEST(CudaRuntime, WorkOnOneDeviceCreatesNoContextOnDeviceZero) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  if (cuda::device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
+  if (cuda::detail::primary_context_active(0)) GTEST_SKIP() << "cuda:0 already has a context in this process";
+  std::thread([] {
+    Tensor y = randn({256}).to(Device::cuda(1));
+    Tensor z = (y * 2).sum();
+    EXPECT_TRUE(std::isfinite(z.item<double>()));
+  }).join();
+  EXPECT_FALSE(cuda::detail::primary_context_active(0));
 }

@@ -75,6 +75,8 @@ TEST(Factory, Arange) {
   ASSERT_EQ(tenth.size(), 17u);
   for (size_t i = 0; i < tenth.size(); ++i) EXPECT_EQ(tenth[i], std::fma(double(i), 0.1, 0.3)) << i;
   EXPECT_THROW(arange(3, DType::b8), DTypeError);
+  // Floating values into an integer dtype: truncated through int64 and wrapped, as casts do.
+  EXPECT_EQ(arange(-3.0, 0.0, 1.0, DType::u8).to_vector<int64_t>(), (std::vector<int64_t>{253, 254, 255}));
 }
 
 // arange is made on the device, not copied from the host: bit-identical with the CPU in every

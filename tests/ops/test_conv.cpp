@@ -573,19 +573,32 @@ TEST_P(ConvDevice, WorkspaceLimitFallsBackToLeanerAlgorithms) {
   const Device dev = GetParam();
   EMBER_SKIP_IF_NO_DEVICE(dev);
   cuda::AllowTF32Guard exact_f32(false);
-  const int64_t prev = ops::cudnn_workspace_limit();
+  struct RestoreLimit {
+    int64_t prev = ops::cudnn_workspace_limit();
+    ~RestoreLimit() { ops::set_cudnn_workspace_limit(prev); }
+  } restore;
   const ops::Conv2dParams p{{1, 1}, {1, 1}, {1, 1}, 1};
   Tensor x = randn({8, 16, 20, 20}), w = randn({32, 16, 3, 3}), dy = randn({8, 32, 20, 20});
+  Tensor xd = x.to(dev), wd = w.to(dev), dyd = dy.to(dev);
   for (int64_t limit : {int64_t(-1), int64_t(0), int64_t(1) << 20}) {
     SCOPED_TRACE(limit);
     ops::set_cudnn_workspace_limit(limit);
-    EXPECT_TRUE(close_at_scale(ops::conv2d(x.to(dev), w.to(dev), Tensor(), p), ops::conv2d(x, w, Tensor(), p), 2e-5));
-    EXPECT_TRUE(close_at_scale(ops::conv2d_backward_input(dy.to(dev), w.to(dev), x.sizes(), p),
-                               ops::conv2d_backward_input(dy, w, x.sizes(), p), 2e-5));
-    EXPECT_TRUE(close_at_scale(ops::conv2d_backward_weight(dy.to(dev), x.to(dev), w.sizes(), p),
-                               ops::conv2d_backward_weight(dy, x, w.sizes(), p), 2e-5));
+    cuda::synchronize();
+    cuda::reset_peak_memory_stats(0);
+    const int64_t base = cuda::memory_allocated(0);
+    Tensor y = ops::conv2d(xd, wd, Tensor(), p);
+    Tensor gx = ops::conv2d_backward_input(dyd, wd, x.sizes(), p);
+    Tensor gw = ops::conv2d_backward_weight(dyd, xd, w.sizes(), p);
+    // With a limit of 0 nothing but the three outputs (and 1-byte workspaces, rounded to the
+    // allocator's 512-byte blocks) was ever allocated.
+    const int64_t outputs = (y.numel() + gx.numel() + gw.numel()) * 4;
+    if (limit == 0) {
+      EXPECT_LE(cuda::max_memory_allocated(0) - base, outputs + 3 * 512);
+    }
+    EXPECT_TRUE(close_at_scale(y, ops::conv2d(x, w, Tensor(), p), 2e-5));
+    EXPECT_TRUE(close_at_scale(gx, ops::conv2d_backward_input(dy, w, x.sizes(), p), 2e-5));
+    EXPECT_TRUE(close_at_scale(gw, ops::conv2d_backward_weight(dy, x, w.sizes(), p), 2e-5));
   }
-  ops::set_cudnn_workspace_limit(prev);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, ConvDevice, ::testing::ValuesIn(test::cuda_devices()), test::device_label);

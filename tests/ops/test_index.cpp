@@ -732,6 +732,17 @@ TEST_P(IndexDevices, LongRunsAreSummedInChunksDeterministically) {
   Tensor e2 = ops::embedding_backward(g.to(dev), tok.to(dev), 1000);
   EXPECT_EQ(e1.cpu().to_vector<float>(), e2.cpu().to_vector<float>());
   EXPECT_TRUE(test::all_close(e1.cpu(), ref_e, 1e-5, 1e-4));
+  // More than kChunk bad indices (a long run of the sentinel key, summed and dropped) mixed
+  // into long runs of good ones: reported at the next synchronization, never added.
+  Tensor mixed = randint(0, 3, {200000});
+  mixed.narrow(0, 1000, 700).fill_(5);
+  Tensor got_mixed;
+  const std::string msg =
+      test::message_of<IndexError>([&] { got_mixed = scatter_add(base.to(dev), 0, mixed.to(dev), src.to(dev)); (void)got_mixed.cpu(); });
+  EXPECT_NE(msg.find("[scatter_add] index 5 is out of range"), std::string::npos) << msg;
+  Tensor bad = mixed.ge(3);  // the reference adds 0 in place of each bad source
+  Tensor ref_mixed = scatter_add(base.to(DType::f64), 0, mixed.masked_fill(bad, 0), src.to(DType::f64).masked_fill(bad, 0.0));
+  EXPECT_TRUE(test::all_close(got_mixed.cpu(), ref_mixed, 1e-5, 2e-3));
   // 16-bit: partials in f32, rounded once.
   Tensor eh = ops::embedding_backward(g.to(DType::bf16).to(dev), tok.to(dev), 1000);
   EXPECT_TRUE(test::all_close(eh.cpu(), ops::embedding_backward(g.to(DType::bf16).to(DType::f64), tok, 1000), 8e-3, 8e-3));

@@ -25,9 +25,10 @@ constexpr int64_t kBig = (int64_t(1) << 31) + 4099;  // past 2^31, not a multipl
                    << (free_bytes >> 30) << " GiB free";                                          \
   } while (0)
 
-double max_rel(const Tensor& a, const Tensor& b) {
-  return (a.to(DType::f64) - b.to(DType::f64)).abs().max().item<double>() /
-         std::max(1e-30, b.to(DType::f64).abs().max().item<double>());
+// max |a - b| / max |b|, in `dt` (f32 for the big ones: f64 temporaries of a 3 GiB tensor would
+// need more memory than the op under test).
+double max_rel(const Tensor& a, const Tensor& b, DType dt = DType::f64) {
+  return (a.to(dt) - b.to(dt)).abs().max().item<double>() / std::max(1e-30, b.to(dt).abs().max().item<double>());
 }
 
 }  // namespace
@@ -57,7 +58,7 @@ TEST(LargeTensorsCuda, BroadcastAddInF16PastTwoToTheThirtyOne) {
 // sum over kBig f32 elements, all at once and along each dim of a 2-d view, against f64 sums
 // of pieces.
 TEST(LargeTensorsCuda, SumPastTwoToTheThirtyOne) {
-  EMBER_SKIP_UNLESS_FREE(int64_t(12) << 30);
+  EMBER_SKIP_UNLESS_FREE(int64_t(20) << 30);
   const Device dev = Device::cuda(0);
   NoGradGuard no_grad;
   Tensor x = rand({kBig}, dev);  // positive: no cancellation to blur the comparison
@@ -77,7 +78,7 @@ TEST(LargeTensorsCuda, SumPastTwoToTheThirtyOne) {
 // cross-entropy over bf16 logits [131072, 50257] (6.6e9 elements): the loss against the mean of
 // per-piece losses, and the logits' gradient on the last rows against the piece's own.
 TEST(LargeTensorsCuda, CrossEntropyOnBf16Logits131072x50257) {
-  EMBER_SKIP_UNLESS_FREE(int64_t(36) << 30);
+  EMBER_SKIP_UNLESS_FREE(int64_t(44) << 30);
   const Device dev = Device::cuda(0);
   const int64_t N = 131072, V = 50257;
   Tensor logits = randn({N, V}, TensorOptions(DType::bf16).device(dev)).requires_grad_();
@@ -100,7 +101,7 @@ TEST(LargeTensorsCuda, CrossEntropyOnBf16Logits131072x50257) {
   cross_entropy(tail, target.narrow(0, N - piece, piece)).backward();
   Tensor expect = tail.grad().to(DType::f32) * (double(piece) / double(N));
   Tensor got = logits.grad().narrow(0, N - piece, piece).to(DType::f32);
-  EXPECT_LT(max_rel(got, expect), 2e-2);
+  EXPECT_LT(max_rel(got, expect, DType::f32), 2e-2);
 }
 
 // embedding backward into a 250000 x 12288 table (3.07e9 elements): each column half against

@@ -751,6 +751,12 @@ TEST(NnOpsErrors, BackwardFrontsCheckTheForwardsStatistics) {
   EXPECT_NE(lnb(w, ln.mean, ln.rstd.to(DType::f64)).find("got f64"), std::string::npos);
   EXPECT_NE(lnb(randn({5}), ln.mean, ln.rstd).find("weight of shape [5]"), std::string::npos);
   EXPECT_NE(lnb(w.to(DType::f64), ln.mean, ln.rstd).find("weight has dtype f64"), std::string::npos);
+  // A normalized shape that is not the input's trailing dims (its rows*cols could still match
+  // the statistics): refused, where the kernel would have walked past dx with cols = 8.
+  Tensor m12 = zeros({12}), r12 = ones({12});
+  const std::string suffix = test::message_of<ShapeError>(
+      [&] { ops::layer_norm_backward(dy, x, {8}, randn({8}), m12, r12, {true, true, true}); });
+  EXPECT_NE(suffix.find("does not match the trailing dims"), std::string::npos) << suffix;
 }
 
 TEST(NnOpsCuda, BackwardFrontsRefuseAuxiliaryTensorsOnAnotherDevice) {

@@ -63,6 +63,10 @@ void set_sync_checks(bool on);
 bool sync_checks();
 
 namespace detail {
+// Whether `device`'s primary context exists (the driver's cuDevicePrimaryCtxGetState; true
+// when that cannot be asked; false in a CPU-only build). Never throws; once true for a device,
+// answered from a cache. DeviceGuard restores only devices that have one.
+bool primary_context_active(int device) noexcept;
 // Throws the first fault a CUDA kernel recorded since the last call (IndexError naming the
 // op), clearing it; a no-op when there is none, while this thread holds a
 // DeferredErrorsHeld, and in a CPU-only build. The synchronization points call it.

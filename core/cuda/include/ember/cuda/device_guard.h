@@ -11,6 +11,7 @@
 
 #include <cuda_runtime.h>
 
+#include "ember/cuda.h"
 #include "ember/cuda/check.h"
 #include "ember/cuda/stream_handle.h"
 
@@ -28,8 +29,12 @@ class DeviceGuard {
   }
   // Puts the caller's device back. A destructor cannot throw, and switching to a device that
   // was current a moment ago cannot fail short of a dying runtime, which is not ours to report.
+  // Except when the caller's device has no context yet (a thread that never chose a device
+  // reads 0 from cudaGetDevice): switching back would create one there (hundreds of MB, and an
+  // error on an exclusive-process GPU) for a device nothing ran on. PyTorch's guard does the
+  // same (MaybeSetDevice).
   ~DeviceGuard() {
-    if (switched_) (void)cudaSetDevice(previous_);
+    if (switched_ && primary_context_active(previous_)) (void)cudaSetDevice(previous_);
   }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
