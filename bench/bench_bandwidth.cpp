@@ -16,32 +16,12 @@
 
 #include <ember/ember.h>
 
+#include "gpu_timing.h"
+
 using namespace ember;
+using ember::bench::time_gpu;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Seconds per call of f, CUDA events around enough calls for ~20 ms, median over samples.
-double time_gpu(const std::function<void()>& f, int samples) {
-  cuda::Event start({.enable_timing = true}), stop({.enable_timing = true});
-  for (int w = 0; w < 3; ++w) f();
-  cuda::synchronize();
-  auto run = [&](int reps) {
-    start.record();
-    for (int r = 0; r < reps; ++r) f();
-    stop.record();
-    stop.synchronize();
-    return double(start.elapsed_time(stop)) * 1e-3 / reps;
-  };
-  const int reps = std::max(1, int(0.02 / std::max(run(1), 1e-7)));
-  std::vector<double> t;
-  for (int s = 0; s < samples; ++s) t.push_back(run(reps));
-  return median(t);
-}
 
 struct Case {
   std::string name;

@@ -22,36 +22,16 @@
 #include <ember/ember.h>
 #include <ember/ops/index.h>
 
+#include "gpu_timing.h"
+
 using namespace ember;
+using ember::bench::time_gpu;
 
 namespace {
 
 // An op within this factor of a copy of its bytes is not pathological any more (memory-bound
 // kernels of ember reach 40-90% of the copy's bandwidth; the naive versions were 100-10000x).
 constexpr double kBound = 10.0;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Seconds per call of f: CUDA events around enough calls for ~20 ms, median over samples.
-double time_gpu(const std::function<void()>& f, int samples) {
-  cuda::Event start({.enable_timing = true}), stop({.enable_timing = true});
-  f();
-  cuda::synchronize();
-  auto run = [&](int reps) {
-    start.record();
-    for (int r = 0; r < reps; ++r) f();
-    stop.record();
-    stop.synchronize();
-    return double(start.elapsed_time(stop)) * 1e-3 / reps;
-  };
-  const int reps = std::max(1, int(0.02 / std::max(run(1), 1e-7)));
-  std::vector<double> t;
-  for (int s = 0; s < samples; ++s) t.push_back(run(reps));
-  return median(t);
-}
 
 struct Case {
   std::string name;
@@ -101,8 +81,8 @@ int main(int argc, char** argv) {
     const Case& c = cases[i];
     const int64_t copy_elems = int64_t(c.bytes / 8.0);  // read + write of half the bytes each
     Tensor a = empty({copy_elems}, dev), b = empty({copy_elems}, dev);
-    const double t_copy = time_gpu([&] { b.copy_(a); }, samples);
-    const double t = time_gpu(c.run, samples);
+    const double t_copy = time_gpu([&] { b.copy_(a); }, samples, 1);
+    const double t = time_gpu(c.run, samples, 1);
     const double ratio = t / t_copy;
     const bool within = ratio <= kBound;
     all_within = all_within && within;

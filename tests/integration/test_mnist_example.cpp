@@ -80,6 +80,24 @@ class MnistExample : public ::testing::Test {
   std::string common() const {
     return "--data " + (root_ / "data").string() + " --batch-size 64 --log-every 5 --workers 2 ";
   }
+  // A CUDA run with `flags`, logging every step into root_/out: its metrics.csv's mean
+  // training losses (column 2), one per step.
+  std::vector<double> cuda_mean_losses(const std::string& flags, const std::string& out) {
+    const fs::path dir = root_ / out;
+    ProcessResult r = run_mnist(common() + "--device cuda --log-every 1 --out " + dir.string() + " " + flags);
+    EXPECT_EQ(r.status, 0) << r.output;
+    std::ifstream csv(dir / "metrics.csv");
+    std::string line;
+    std::getline(csv, line);  // header
+    std::vector<double> losses;
+    while (std::getline(csv, line)) {
+      std::stringstream row(line);
+      std::string field;
+      for (int col = 0; col <= 2; ++col) std::getline(row, field, ',');
+      losses.push_back(std::stod(field));
+    }
+    return losses;
+  }
   fs::path root_;
 };
 
@@ -144,24 +162,9 @@ TEST_F(MnistExample, BadInputExitsWithAClearMessage) {
 // AdamW). Two epochs of 10 full batches; every logged mean training loss (metrics.csv column 2)
 // must be the eager run's.
 TEST_F(MnistExample, CudaGraphRunMatchesTheEagerRun) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  auto mean_losses = [&](const std::string& flags, const std::string& out) {
-    const fs::path dir = root_ / out;
-    ProcessResult r = run_mnist(common() + "--device cuda --epochs 2 --log-every 1 --out " + dir.string() + " " + flags);
-    EXPECT_EQ(r.status, 0) << r.output;
-    std::ifstream csv(dir / "metrics.csv");
-    std::string line;
-    std::getline(csv, line);  // header
-    std::vector<double> losses;
-    while (std::getline(csv, line)) {
-      std::stringstream row(line);
-      std::string field;
-      for (int col = 0; col <= 2; ++col) std::getline(row, field, ',');
-      losses.push_back(std::stod(field));
-    }
-    return losses;
-  };
-  const std::vector<double> eager = mean_losses("", "eager"), graphed = mean_losses("--cuda-graph", "graphed");
+  EMBER_SKIP_WITHOUT_CUDA();
+  const std::vector<double> eager = cuda_mean_losses("--epochs 2", "eager"),
+                            graphed = cuda_mean_losses("--epochs 2 --cuda-graph", "graphed");
   ASSERT_EQ(eager.size(), 20u);
   ASSERT_EQ(graphed.size(), eager.size());
   for (size_t k = 0; k < eager.size(); ++k) EXPECT_NEAR(graphed[k], eager[k], 1e-5 * std::abs(eager[k])) << "row " << k;
@@ -174,23 +177,8 @@ TEST_F(MnistExample, CudaGraphRunMatchesTheEagerRun) {
 // cudaErrorNotReady. GPU only.
 TEST_F(MnistExample, DdpOnOneCardMatchesThePlainRun) {
   EMBER_SKIP_WITHOUT_CUDA();
-  auto mean_losses = [&](const std::string& flags, const std::string& out) {
-    const fs::path dir = root_ / out;
-    ProcessResult r = run_mnist(common() + "--device cuda --epochs 1 --log-every 1 --out " + dir.string() + " " + flags);
-    EXPECT_EQ(r.status, 0) << r.output;
-    std::ifstream csv(dir / "metrics.csv");
-    std::string line;
-    std::getline(csv, line);  // header
-    std::vector<double> losses;
-    while (std::getline(csv, line)) {
-      std::stringstream row(line);
-      std::string field;
-      for (int col = 0; col <= 2; ++col) std::getline(row, field, ',');
-      losses.push_back(std::stod(field));
-    }
-    return losses;
-  };
-  const std::vector<double> plain = mean_losses("", "plain"), ddp = mean_losses("--ddp", "ddp");
+  const std::vector<double> plain = cuda_mean_losses("--epochs 1", "plain"),
+                            ddp = cuda_mean_losses("--epochs 1 --ddp", "ddp");
   ASSERT_EQ(plain.size(), 10u);
   ASSERT_EQ(ddp.size(), plain.size());
   for (size_t k = 0; k < plain.size(); ++k) EXPECT_NEAR(ddp[k], plain[k], 1e-5 * std::abs(plain[k])) << "row " << k;
