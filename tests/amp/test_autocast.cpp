@@ -297,7 +297,7 @@ TEST(AutocastDevices, BackwardInsideAGuardEqualsBackwardOutside) {
 }
 
 TEST(AutocastDevices, CpuGuardDoesNotAffectCuda) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  EMBER_SKIP_WITHOUT_CUDA();
   Tensor a = randn({2, 3}, Device::cuda()), b = randn({3, 2}, Device::cuda());
   amp::autocast ac(Device::cpu(), DType::bf16);
   EXPECT_EQ(matmul(a, b).dtype(), DType::f32);

@@ -198,7 +198,7 @@ TEST(GraphedStep, CallsReturnTheStepsResults) {
 // between replays; every loss must equal the same model's trained eagerly (same kernels, so
 // equal up to cuBLAS algorithm choice).
 TEST(CapturableStepCuda, WholeStepGraphReplaysTheEagerLosses) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  EMBER_SKIP_WITHOUT_CUDA();
   const Device dev = Device::cuda();
   auto run = [&](bool graphed) {
     Mlp m(dev, 11);

@@ -9,8 +9,7 @@ using namespace ember;
 using ember::test::all_close;
 
 namespace {
-#define SKIP_WITHOUT_CUDA() \
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device"
+#define SKIP_WITHOUT_CUDA() EMBER_SKIP_WITHOUT_CUDA()
 
 int64_t round512(int64_t n) { return (n + 511) / 512 * 512; }
 }  // namespace

@@ -11,8 +11,7 @@ using namespace ember;
 using test::message_of;
 
 namespace {
-#define SKIP_WITHOUT_GPU() \
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device"
+#define SKIP_WITHOUT_GPU() EMBER_SKIP_WITHOUT_CUDA()
 
 #define SKIP_WITH_GPU() \
   if (cuda::is_available()) GTEST_SKIP() << "a CUDA device is visible: covered by the Gpu cases"

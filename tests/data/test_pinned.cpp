@@ -27,7 +27,7 @@ TEST(PinMemory, WithoutCudaItIsTheIdentity) {
 }
 
 TEST(PinMemory, ACudaTensorCannotBePinned) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  EMBER_SKIP_WITHOUT_CUDA();
   Tensor g = arange(4, DType::f32).to(Device::cuda());
   EXPECT_NE(message_of<DeviceError>([&] { g.pin_memory(); }).find("[pin_memory] only CPU tensors"),
             std::string::npos);
@@ -35,7 +35,7 @@ TEST(PinMemory, ACudaTensorCannotBePinned) {
 }
 
 TEST(PinMemory, MakesAPageLockedContiguousCopy) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  EMBER_SKIP_WITHOUT_CUDA();
   Tensor x = arange(12, DType::f32).reshape({3, 4});
   EXPECT_FALSE(x.is_pinned());
   Tensor p = x.pin_memory();

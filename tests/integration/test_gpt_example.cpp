@@ -153,7 +153,7 @@ TEST_F(GptExample, TrainsDeterministicallyAndResumesBitExact) {
 // replayed, with the warmup + cosine lr changing every step through the device lr. Every
 // logged training loss must be the eager run's (GPU only; equal up to cuBLAS algorithm choice).
 TEST_F(GptExample, CudaGraphRunMatchesTheEagerRun) {
-  if (!ember::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  EMBER_SKIP_WITHOUT_CUDA();
   auto losses = [&](const std::string& flags, const std::string& name) {
     const fs::path out = root_ / name;
     ProcessResult r = run_gpt(common(out) + "--device cuda --steps 10 " + flags);
