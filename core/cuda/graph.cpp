@@ -37,6 +37,7 @@
 #include "ember/cuda/graph_capture.h"
 #include "ember/cuda/stream_handle.h"
 #include "ember/cuda_graph.h"
+#include "ember/cuda_stream.h"
 
 namespace ember::cuda {
 
@@ -120,22 +121,6 @@ std::shared_ptr<CaptureResources> find_capture(cudaStream_t stream, cudaStreamCa
   return it == r.capturing.end() ? nullptr : it->second;
 }
 
-// Puts `stream` back as this thread's current stream on `device` when the scope ends.
-class CurrentStreamGuard {
- public:
-  CurrentStreamGuard(cudaStream_t stream, int device)
-      : device_(device), previous_(detail::current_stream_handle(device)) {
-    detail::set_current_stream_handle(stream, device);
-  }
-  ~CurrentStreamGuard() { detail::set_current_stream_handle(previous_, device_); }
-  CurrentStreamGuard(const CurrentStreamGuard&) = delete;
-  CurrentStreamGuard& operator=(const CurrentStreamGuard&) = delete;
-
- private:
-  int device_;
-  cudaStream_t previous_;
-};
-
 }  // namespace
 
 namespace detail {
@@ -157,7 +142,7 @@ std::shared_ptr<void> capture_resource(cudaStream_t stream, const void* key,
   std::lock_guard<std::mutex> lock(resources->mutex);
   std::shared_ptr<void>& slot = resources->objects[key];
   if (!slot) {
-    const CurrentStreamGuard on_capture_stream(resources->stream, resources->device);
+    const StreamGuard on_capture_stream(Stream::from_handle(resources->stream, resources->device));
     slot = make();
   }
   return slot;

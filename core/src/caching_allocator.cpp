@@ -66,12 +66,6 @@ struct CachingAllocator::PrivatePool {
 };
 
 namespace {
-// Room for one more element before something is recorded that must not be lost to a failed
-// push_back. Geometric: reserving size() + 1 would reallocate on every call.
-template <class T>
-void reserve_one_more(std::vector<T>& v) {
-  if (v.size() == v.capacity()) v.reserve(std::max<size_t>(16, 2 * v.capacity()));
-}
 
 size_t round_size(size_t size) {
   const size_t m = CachingAllocator::kMinBlockSize;
@@ -279,7 +273,7 @@ bool CachingAllocator::owns(void* ptr) const {
 void CachingAllocator::insert_events(Block* block) {
   try {
     while (!block->stream_uses.empty()) {
-      reserve_one_more(pending_events_);  // no throw once recorded
+      detail::reserve_one_more(pending_events_);  // no throw once recorded
       EventHandle ev = get_event();
       try {
         backend_->event_record(ev, block->stream_uses.back());

@@ -13,15 +13,6 @@
 
 namespace ember {
 
-namespace {
-// Room for one more element before something is recorded that must not be lost to a failed
-// push_back. Geometric: reserving size() + 1 would reallocate on every call.
-template <class T>
-void reserve_one_more(std::vector<T>& v) {
-  if (v.size() == v.capacity()) v.reserve(std::max<size_t>(16, 2 * v.capacity()));
-}
-}  // namespace
-
 CachingHostAllocator::CachingHostAllocator(std::unique_ptr<Backend> backend)
     : backend_(std::move(backend)) {}
 
@@ -145,7 +136,7 @@ void CachingHostAllocator::record_events(Block* block) {
         ++i;
         continue;
       }
-      reserve_one_more(pending_);  // no throw once recorded
+      detail::reserve_one_more(pending_);  // no throw once recorded
       EventHandle ev = get_event(device);
       try {
         backend_->event_record(ev, device, stream);

@@ -99,12 +99,6 @@ void binary_dispatch(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
   }
 }
 
-template <class T>
-inline bool is_nonzero(T v) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return float(v) != 0.0f;
-  else return v != T(0);
-}
-
 template <class To, class From>
 void cast_loop(const Tensor& dst, const Tensor& src) {
   for_each_element<2>({&dst, &src}, [](std::array<char*, 2> p, std::array<int64_t, 2> s,

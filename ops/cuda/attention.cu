@@ -513,7 +513,7 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   const S* vp = static_cast<const S*>(v.data_ptr());
   S* op_ = static_cast<S*>(out.data_ptr());
   C* lp = static_cast<C*>(lse.data_ptr());
-  const auto on = stream_for(q.device());
+  const auto on = ember::cuda::detail::on_device(q.device());
   cudaStream_t stream = on.stream;
   if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) {
     // 16-byte vector loads: a contiguous view at an odd storage offset takes the generic path.
@@ -565,7 +565,7 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
   S* dqp = static_cast<S*>(dq.data_ptr());
   S* dkp = static_cast<S*>(dk.data_ptr());
   S* dvp = static_cast<S*>(dv.data_ptr());
-  const auto on = stream_for(q.device());
+  const auto on = ember::cuda::detail::on_device(q.device());
   cudaStream_t stream = on.stream;
 
   Tensor delta = detail::make_tensor({BH * Tq}, lse.dtype(), q.device());

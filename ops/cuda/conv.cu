@@ -50,12 +50,6 @@ namespace ember::ops::cuda {
 
 namespace {
 
-// Makes `device` current until the end of the caller's scope (a restoring guard) and gives
-// this thread's current stream on it.
-ember::cuda::detail::DeviceStream stream_for(Device device) {
-  return ember::cuda::detail::on_device(device.index);
-}
-
 unsigned blocks_for(int64_t n, int threads = kThreads) {
   return unsigned(std::clamp<int64_t>((n + threads - 1) / threads, 1, int64_t(1) << 16));
 }
@@ -72,7 +66,7 @@ cudnnHandle_t cudnn_handle(Device device) {
     }
   };
   thread_local Handles handles;
-  const auto on = stream_for(device);  // the device current for cudnnCreate
+  const auto on = ember::cuda::detail::on_device(device);  // the device current for cudnnCreate
   cudaStream_t stream = on.stream;
   const size_t d = size_t(device.index);
   if (handles.h.size() <= d) handles.h.resize(d + 1, nullptr);
@@ -371,7 +365,7 @@ void conv2d_fwd_kernel(const Tensor& x, const Tensor& w, const Tensor& bias, con
       });
   if (!bias.defined()) return;
   const int64_t total = y.numel(), O = y.sizes()[1], hw = y.sizes()[2] * y.sizes()[3];
-  const auto on = stream_for(y.device());
+  const auto on = ember::cuda::detail::on_device(y.device());
   cudaStream_t stream = on.stream;
   visit_floating(y.dtype(), [&](auto tag) {
     using S = decltype(tag);
@@ -430,7 +424,7 @@ void max_pool2d_fwd_kernel(const Tensor& x, const Tensor& y, const Tensor& indic
                    p.stride[0],  p.stride[1],  p.padding[0], p.padding[1]};
   const int64_t total = y.numel();
   if (total == 0) return;
-  const auto on = stream_for(x.device());
+  const auto on = ember::cuda::detail::on_device(x.device());
   cudaStream_t stream = on.stream;
   visit_floating(x.dtype(), [&](auto tag) {
     using S = decltype(tag);
@@ -444,7 +438,7 @@ void max_pool2d_fwd_kernel(const Tensor& x, const Tensor& y, const Tensor& indic
 void max_pool2d_bwd_kernel(const Tensor& gy, const Tensor& indices, const Tensor& gx) {
   const int64_t planes = gx.sizes()[0] * gx.sizes()[1], hw_in = gx.sizes()[2] * gx.sizes()[3];
   const int64_t hw_out = gy.sizes()[2] * gy.sizes()[3];
-  const auto on = stream_for(gx.device());
+  const auto on = ember::cuda::detail::on_device(gx.device());
   cudaStream_t stream = on.stream;
   const unsigned blocks = blocks_for(planes * 32);
   visit_floating(gy.dtype(), [&](auto tag) {
@@ -466,7 +460,7 @@ void max_pool2d_gather_kernel(const Tensor& gx, const Tensor& indices, const Ten
   const int64_t hw_in = gx.sizes()[2] * gx.sizes()[3], hw_out = gy.sizes()[2] * gy.sizes()[3];
   const int64_t total = gy.numel();
   if (total == 0) return;
-  const auto on = stream_for(gx.device());
+  const auto on = ember::cuda::detail::on_device(gx.device());
   cudaStream_t stream = on.stream;
   auto launch = [&](auto utag) {
     using U = decltype(utag);

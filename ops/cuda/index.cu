@@ -36,12 +36,6 @@ namespace {
 
 // ---- launch helpers ----
 
-// Makes `device` current until the end of the caller's scope (a restoring guard) and gives
-// this thread's current stream on it.
-ember::cuda::detail::DeviceStream stream_for(Device device) {
-  return ember::cuda::detail::on_device(device.index);
-}
-
 unsigned blocks_for(int64_t n, int threads = kThreads) {
   return unsigned(std::clamp<int64_t>((n + threads - 1) / threads, 1, int64_t(1) << 16));
 }
@@ -385,6 +379,14 @@ void ordered_sums(Device device, cudaStream_t stream, int64_t n, uint64_t sentin
   auto i64 = [&](int64_t count) { return detail::make_tensor({std::max<int64_t>(count, 1)}, DType::i64, device); };
   auto p64 = [](const Tensor& t) { return static_cast<int64_t*>(t.data_ptr()); };
   auto u64 = [](const Tensor& t) { return static_cast<unsigned long long*>(t.data_ptr()); };
+  // A CUB device algorithm, called as CUB wants: once for its scratch size, then with scratch
+  // from ember's allocator (stream-ordered, so it is free again for the launches after).
+  auto cub_run = [&](auto&& call) {
+    size_t bytes = 0;
+    EMBER_CUDA_CHECK(call(nullptr, bytes));
+    Tensor temp = detail::make_tensor({int64_t(std::max<size_t>(bytes, 1))}, DType::u8, device);
+    EMBER_CUDA_CHECK(call(temp.data_ptr(), bytes));
+  };
   Tensor keys = i64(n), pos = i64(n);
   {
     Tensor keys_in = i64(n), pos_in = i64(n);
@@ -392,33 +394,24 @@ void ordered_sums(Device device, cudaStream_t stream, int64_t n, uint64_t sentin
     // A stable radix sort over just the bits a key can have.
     int end_bit = 1;
     while (end_bit < 64 && (uint64_t(1) << end_bit) <= sentinel) ++end_bit;
-    size_t temp_bytes = 0;
-    EMBER_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, u64(keys_in), u64(keys), p64(pos_in),
-                                                     p64(pos), n, 0, end_bit, stream));
-    Tensor temp = detail::make_tensor({int64_t(std::max<size_t>(temp_bytes, 1))}, DType::u8, device);
-    EMBER_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, u64(keys_in), u64(keys),
-                                                     p64(pos_in), p64(pos), n, 0, end_bit, stream));
+    cub_run([&](void* temp, size_t& bytes) {
+      return cub::DeviceRadixSort::SortPairs(temp, bytes, u64(keys_in), u64(keys), p64(pos_in), p64(pos), n, 0,
+                                             end_bit, stream);
+    });
   }  // the unsorted pairs go back to the stream's pool, reusable by the launches below
   Tensor head = i64(n), run_id = i64(n), start = i64(n + 1), runs = i64(1), chunks = i64(n), chunk_at = i64(n);
   run_heads_kernel<<<blocks_for(n), kThreads, 0, stream>>>(u64(keys), n, p64(head));
   EMBER_CUDA_CHECK_LAUNCH();
-  {
-    size_t temp_bytes = 0;
-    EMBER_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, temp_bytes, p64(head), p64(run_id), n, stream));
-    Tensor temp = detail::make_tensor({int64_t(std::max<size_t>(temp_bytes, 1))}, DType::u8, device);
-    EMBER_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp.data_ptr(), temp_bytes, p64(head), p64(run_id), n, stream));
-  }
+  cub_run([&](void* temp, size_t& bytes) {
+    return cub::DeviceScan::InclusiveSum(temp, bytes, p64(head), p64(run_id), n, stream);
+  });
   run_starts_kernel<<<blocks_for(n), kThreads, 0, stream>>>(p64(head), p64(run_id), n, p64(start), p64(runs));
   EMBER_CUDA_CHECK_LAUNCH();
   run_chunks_kernel<<<blocks_for(n), kThreads, 0, stream>>>(p64(start), p64(runs), n, p64(chunks));
   EMBER_CUDA_CHECK_LAUNCH();
-  {
-    size_t temp_bytes = 0;
-    EMBER_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, p64(chunks), p64(chunk_at), n, stream));
-    Tensor temp = detail::make_tensor({int64_t(std::max<size_t>(temp_bytes, 1))}, DType::u8, device);
-    EMBER_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.data_ptr(), temp_bytes, p64(chunks), p64(chunk_at), n,
-                                                   stream));
-  }
+  cub_run([&](void* temp, size_t& bytes) {
+    return cub::DeviceScan::ExclusiveSum(temp, bytes, p64(chunks), p64(chunk_at), n, stream);
+  });
   // Only runs longer than kChunk have chunks, each covering more than kChunk / 2 sources on
   // average: at most 2n / kChunk of them.
   const int64_t chunk_bound = 2 * (n / kChunk) + 1;
@@ -503,7 +496,7 @@ void cat_kernel(const TensorList& inputs, int64_t dim, const Tensor& out) {
   const Shape& os = out.sizes();
   const int64_t outer = prod(os, 0, dim), inner = prod(os, dim + 1, int64_t(os.size()));
   const uint64_t isz = out.element_size();
-  const auto on = stream_for(out.device());
+  const auto on = ember::cuda::detail::on_device(out.device());
   cudaStream_t stream = on.stream;
   CatTable table{};
   table.out = static_cast<char*>(out.data_ptr());
@@ -552,7 +545,7 @@ void index_select_kernel(const char* op, const Tensor& x, int64_t dim, const Ten
   const int64_t outer = prod(xs, 0, dim), inner = prod(xs, dim + 1, int64_t(xs.size()));
   const int64_t size = xs[dim], n = index.numel();
   if (n == 0) return;
-  const auto on = stream_for(x.device());
+  const auto on = ember::cuda::detail::on_device(x.device());
   cudaStream_t stream = on.stream;
   const IndexCheck check(x.device(), stream, op, dim, size);
   if (outer == 0 || inner == 0) {  // nothing to copy, but bad indices are still errors
@@ -595,7 +588,7 @@ void index_add_kernel(const char* op, const Tensor& out, int64_t dim, const Tens
   if (out.dtype() == DType::b8) throw DTypeError(str("[", op, "] is not defined for bool tensors"));
   if (n == 0) return;
   const Device device = out.device();
-  const auto on = stream_for(device);
+  const auto on = ember::cuda::detail::on_device(device);
   cudaStream_t stream = on.stream;
   const IndexCheck check(device, stream, op, dim, size);
   auto keys = [&](unsigned long long* kin, int64_t* pin) {
@@ -626,7 +619,7 @@ void gather_kernel(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   const int64_t size = x.sizes()[dim], len = index.sizes()[dim];
   const int64_t total = index.numel();
   if (total == 0) return;
-  const auto on = stream_for(x.device());
+  const auto on = ember::cuda::detail::on_device(x.device());
   cudaStream_t stream = on.stream;
   const IndexCheck check(x.device(), stream, "gather", dim, size);
   const Strides<3> s =
@@ -651,7 +644,7 @@ void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, con
   const int64_t n = index.numel();
   if (n == 0) return;
   const Device device = out.device();
-  const auto on = stream_for(device);
+  const auto on = ember::cuda::detail::on_device(device);
   cudaStream_t stream = on.stream;
   const IndexCheck check(device, stream, "scatter_add", dim, size);
   const int64_t lines = n / len;
@@ -682,7 +675,7 @@ void tri_kernel(const Tensor& x, const Tensor& out, int64_t diagonal, bool upper
   const int64_t nd = x.dim(), total = out.numel();
   if (total == 0) return;
   const int64_t rows = x.sizes()[nd - 2], cols = x.sizes()[nd - 1];
-  const auto on = stream_for(x.device());
+  const auto on = ember::cuda::detail::on_device(x.device());
   cudaStream_t stream = on.stream;
   const Strides<1> s = make_strides<1>(upper ? "triu" : "tril", x.sizes(), {&x.strides()}, -1);
   visit_bits(x.element_size(), [&](auto utag) {
@@ -697,7 +690,7 @@ void tri_kernel(const Tensor& x, const Tensor& out, int64_t diagonal, bool upper
 void dropout_mask_kernel(const Tensor& mask, Generator::State s, double p) {
   const int64_t n = mask.numel(), counters = int64_t(dropout_counters(n));
   if (n == 0) return;
-  const auto on = stream_for(mask.device());
+  const auto on = ember::cuda::detail::on_device(mask.device());
   cudaStream_t stream = on.stream;
   dropout_mask_fwd_kernel<<<blocks_for(counters), kThreads, 0, stream>>>(static_cast<bool*>(mask.data_ptr()), n,
                                                                         counters, s, p);

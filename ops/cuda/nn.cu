@@ -300,7 +300,7 @@ void softmax_fwd(const Tensor& x, const Tensor& out, int64_t dim, bool log) {
   const int64_t xstep = x.strides()[dim], ystep = out.strides()[dim];
   const S* xp = static_cast<const S*>(x.data_ptr());
   S* yp = static_cast<S*>(out.data_ptr());
-  const auto on = stream_for(x.device());
+  const auto on = ember::cuda::detail::on_device(x.device());
   cudaStream_t stream = on.stream;
   if (use_cols_kernel(out, dim, rows)) {
     softmax_fwd_cols_kernel<S><<<unsigned(blocks_for_threads(rows)), kBlockThreads, 0, stream>>>(
@@ -326,7 +326,7 @@ void softmax_bwd(const Tensor& grad, const Tensor& y, const Tensor& dx, int64_t 
   const S* gp = static_cast<const S*>(grad.data_ptr());
   const S* yp = static_cast<const S*>(y.data_ptr());
   S* dp = static_cast<S*>(dx.data_ptr());
-  const auto on = stream_for(y.device());
+  const auto on = ember::cuda::detail::on_device(y.device());
   cudaStream_t stream = on.stream;
   if (use_cols_kernel(dx, dim, rows)) {
     softmax_bwd_cols_kernel<S><<<unsigned(blocks_for_threads(rows)), kBlockThreads, 0, stream>>>(
@@ -487,7 +487,7 @@ void cross_entropy_fwd(const Tensor& logits, const Tensor& target, const Tensor&
   const bool none = p.reduction == LossReduction::none;
   const T* tp = static_cast<const T*>(target.data_ptr());
   const int64_t ts = target.strides()[0];
-  const auto on = stream_for(logits.device());
+  const auto on = ember::cuda::detail::on_device(logits.device());
   cudaStream_t stream = on.stream;
   Tensor bad = detail::make_tensor({1}, DType::i64, logits.device());
   auto* bad_row = static_cast<unsigned long long*>(bad.data_ptr());
@@ -527,7 +527,7 @@ void cross_entropy_bwd(const Tensor& grad, const Tensor& logits, const Tensor& t
   const T* tp = static_cast<const T*>(target.data_ptr());
   const int64_t ts = target.strides()[0];
   const S* gp = static_cast<const S*>(grad.data_ptr());
-  const auto on = stream_for(logits.device());
+  const auto on = ember::cuda::detail::on_device(logits.device());
   cudaStream_t stream = on.stream;
   Tensor scale = none ? Tensor() : detail::make_tensor({1}, DType::f64, logits.device());
   double* scale_p = none ? nullptr : static_cast<double*>(scale.data_ptr());
@@ -683,7 +683,7 @@ void layer_norm_fwd(const Tensor& x, const Tensor& weight, const Tensor& bias, c
   using C = compute_t<S>;
   using A = acc_t<S>;
   const int64_t rows = mean.numel();
-  const auto on = stream_for(x.device());
+  const auto on = ember::cuda::detail::on_device(x.device());
   cudaStream_t stream = on.stream;
   const RowLaunch l = row_launch(rows, cols);
   const int64_t cache = cache_len_for<C>(cols, l.rows_per_block, 1);
@@ -703,7 +703,7 @@ void layer_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, c
   using A = acc_t<S>;
   const int64_t rows = mean.numel();
   if (cols == 0) return;  // dx, dweight and dbias are empty: nothing to write (an empty grid is an error)
-  const auto on = stream_for(x.device());
+  const auto on = ember::cuda::detail::on_device(x.device());
   cudaStream_t stream = on.stream;
   const S* gp = static_cast<const S*>(grad.data_ptr());
   const S* xp = static_cast<const S*>(x.data_ptr());

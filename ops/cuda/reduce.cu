@@ -267,7 +267,7 @@ void run(const Op& op, const Tensor& in) {
   const int64_t os = in.strides()[0], rs = in.strides()[1], ks = in.strides()[2];
   const int64_t n_out = O * K;
   if (n_out == 0) return;
-  const auto on = stream_for(in.device());
+  const auto on = ember::cuda::detail::on_device(in.device());
   cudaStream_t stream = on.stream;
   Tensor scratch;
   Acc* partial = nullptr;

@@ -161,10 +161,4 @@ inline int threads_per_row(int64_t n) {
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 __host__ __device__ inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// Makes `device` current until the end of the caller's scope (a restoring guard) and gives
-// this thread's current stream on it.
-inline ember::cuda::detail::DeviceStream stream_for(const Device& device) {
-  return ember::cuda::detail::on_device(device.index);
-}
-
 }  // namespace ember::ops::cuda

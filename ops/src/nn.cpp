@@ -113,6 +113,16 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
   return out;
 }
 
+namespace {
+// A forward's per-row statistic handed back to its backward (the kernel reads it as a dense
+// array): contiguous, of the statistics dtype of `data`, [rows].
+void check_row_stats(const char* op, const char* what, const Tensor& t, int64_t rows, DType data) {
+  EMBER_CHECK(t.sizes() == Shape{rows} && t.dtype() == stats_dtype(data) && t.is_contiguous(), ValueError, "[",
+              op, "] ", what, " must be contiguous ", stats_dtype(data), " [", rows, "] (the forward's), got ",
+              t.dtype(), " ", t.sizes());
+}
+}  // namespace
+
 Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target,
                               const Tensor& row_max, const Tensor& log_sum,
                               const CrossEntropyParams& p) {
@@ -129,10 +139,7 @@ Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Te
   const int64_t n = logits.dim() == 2 ? logits.sizes()[0] : 1;
   EMBER_CHECK(target.numel() == n, ShapeError, "[", op, "] target of shape ", target.sizes(),
               " does not match logits of shape ", logits.sizes());
-  for (const Tensor* t : {&row_max, &log_sum})
-    EMBER_CHECK(t->sizes() == Shape{n} && t->dtype() == stats_dtype(logits.dtype()) && t->is_contiguous(),
-                ValueError, "[", op, "] row statistics must be contiguous ", stats_dtype(logits.dtype()),
-                " [", n, "] (the forward's), got ", t->dtype(), " ", t->sizes());
+  for (const Tensor* t : {&row_max, &log_sum}) check_row_stats(op, "row statistics", *t, n, logits.dtype());
   const bool none = p.reduction == LossReduction::none;
   const Shape want = none ? target.sizes() : Shape{};
   EMBER_CHECK(grad.sizes() == want, ShapeError, "[cross_entropy_backward] gradient of shape ",
@@ -156,25 +163,33 @@ void check_affine(const Tensor& t, const char* what, const Tensor& x, const Shap
   EMBER_CHECK(t.dtype() == x.dtype(), DTypeError, "[layer_norm] ", what, " has dtype ",
               t.dtype(), " but the input has dtype ", x.dtype());
 }
+
+// The rows layer_norm normalizes (the product of the dims before normalized_shape), after
+// checking that normalized_shape is the input's trailing dims: the forward and the backward
+// count them one way.
+int64_t layer_norm_rows(const char* op, const Tensor& x, const Shape& ns) {
+  const int64_t k = int64_t(ns.size());
+  EMBER_CHECK(k >= 1, ShapeError, "[", op, "] normalized_shape must name at least one dim");
+  bool suffix = x.dim() >= k;
+  for (int64_t i = 0; suffix && i < k; ++i) suffix = x.sizes()[x.dim() - k + i] == ns[i];
+  EMBER_CHECK(suffix, ShapeError, "[", op, "] normalized_shape ", ns,
+              " does not match the trailing dims of the input of shape ", x.sizes());
+  int64_t rows = 1;
+  for (int64_t i = 0; i < x.dim() - k; ++i) rows *= x.sizes()[i];
+  return rows;
+}
 }  // namespace
 
 LayerNormForward layer_norm_forward(const Tensor& x, const Shape& ns, const Tensor& weight,
                                     const Tensor& bias, double eps) {
   detail::check_defined("layer_norm", x);
   check_floating("layer_norm", x, "input");
-  const int64_t k = int64_t(ns.size());
-  EMBER_CHECK(k >= 1, ShapeError, "[layer_norm] normalized_shape must name at least one dim");
-  bool suffix = x.dim() >= k;
-  for (int64_t i = 0; suffix && i < k; ++i) suffix = x.sizes()[x.dim() - k + i] == ns[i];
-  EMBER_CHECK(suffix, ShapeError, "[layer_norm] normalized_shape ", ns,
-              " does not match the trailing dims of the input of shape ", x.sizes());
+  const int64_t rows = layer_norm_rows("layer_norm", x, ns);
   check_affine(weight, "weight", x, ns);
   check_affine(bias, "bias", x, ns);
   EMBER_CHECK(eps >= 0.0, ValueError, "[layer_norm] eps must be >= 0, got ", eps);
 
   const int64_t cols = ns.numel();
-  int64_t rows = 1;
-  for (int64_t i = 0; i < x.dim() - k; ++i) rows *= x.sizes()[i];
   const DType st = stats_dtype(x.dtype());
   LayerNormForward out;
   out.y = detail::make_tensor(x.sizes(), x.dtype(), x.device());
@@ -198,17 +213,8 @@ LayerNormBackward layer_norm_backward(const Tensor& grad, const Tensor& x, const
   for (const Tensor* t : {&x, &mean, &rstd}) detail::check_same_device(op, grad, *t);
   EMBER_CHECK(grad.sizes() == x.sizes(), ShapeError, "[layer_norm_backward] gradient of shape ",
               grad.sizes(), " does not match the input shape ", x.sizes());
-  const int64_t k = int64_t(ns.size());
-  bool suffix = k >= 1 && k <= x.dim();
-  for (int64_t i = 0; suffix && i < k; ++i) suffix = x.sizes()[x.dim() - k + i] == ns[i];
-  EMBER_CHECK(suffix, ShapeError, "[", op, "] normalized_shape ", ns,
-              " does not match the trailing dims of the input of shape ", x.sizes());
-  int64_t rows = 1;  // as the forward counts them
-  for (int64_t i = 0; i < x.dim() - k; ++i) rows *= x.sizes()[i];
-  for (const Tensor* t : {&mean, &rstd})
-    EMBER_CHECK(t->sizes() == Shape{rows} && t->dtype() == stats_dtype(x.dtype()) && t->is_contiguous(),
-                ValueError, "[", op, "] mean and rstd must be contiguous ", stats_dtype(x.dtype()), " [",
-                rows, "] (the forward's), got ", t->dtype(), " ", t->sizes());
+  const int64_t rows = layer_norm_rows(op, x, ns);
+  for (const Tensor* t : {&mean, &rstd}) check_row_stats(op, "mean and rstd", *t, rows, x.dtype());
   check_affine(weight, "weight", x, ns);
   LayerNormBackward out;
   if (needs[0]) out.dx = detail::make_tensor(x.sizes(), x.dtype(), x.device());

@@ -30,6 +30,7 @@
 // - One mutex guards everything; backend calls happen under it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -47,6 +48,16 @@ namespace ember {
 
 // "1.50 MiB": bytes in binary units, for messages and summaries.
 std::string format_bytes(uint64_t nbytes);
+
+namespace detail {
+// Room for one more element before something is recorded that must not be lost to a failed
+// push_back (both caching allocators' pending-event lists). Geometric: reserving size() + 1
+// would reallocate on every call.
+template <class T>
+void reserve_one_more(std::vector<T>& v) {
+  if (v.size() == v.capacity()) v.reserve(std::max<size_t>(16, 2 * v.capacity()));
+}
+}  // namespace detail
 
 class CachingAllocator final : public Allocator {
  public:

@@ -57,5 +57,6 @@ struct DeviceStream {
 inline DeviceStream on_device(int device) {
   return {DeviceGuard(device), current_stream_handle(device)};
 }
+inline DeviceStream on_device(Device device) { return on_device(int(device.index)); }
 
 }  // namespace ember::cuda::detail
