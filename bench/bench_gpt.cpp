@@ -4,7 +4,7 @@
 //   build/bin/bench_gpt [--preset tiny|gpt2-small] [--n-layer L --n-head H --n-embd C --vocab V]
 //                       [-B 8] [-T 64] [--steps 20] [--warmup 3] [--device cpu|cuda]
 //                       [--amp off|bf16|fp16] [--compile] [--threads N] [--python PY] [--no-peer]
-//                       [--profile N]
+//                       [--profile N] [--cuda-graph]
 //
 // One step, on both sides, is examples/gpt.cpp's: zero_grad, forward + loss under autocast
 // (--amp), backward (through a GradScaler for fp16), unscale, clip_grad_norm_(1.0), AdamW
@@ -13,11 +13,14 @@
 // [0, vocab); the model's explicit sizes override the preset's; the vocabulary is padded to a
 // multiple of 64 (gpt2's 50257 -> 50304) with the lm_head tied to wte.
 //
-// Steps are timed one by one (each ends by reading the loss, which the clip's norm has already
-// synchronized) and the rate is B*T over the median step, so a noisy neighbour that slows a few
-// steps does not move it. On CUDA also: peak memory (cuda::max_memory_allocated against
+// Steps are timed one by one (each ends by reading the loss: the only host wait of the step)
+// and the rate is B*T over the median step, so a noisy neighbour that slows a few steps does
+// not move it. On CUDA also: peak memory (cuda::max_memory_allocated against
 // torch.cuda.max_memory_allocated, both over the whole run) and MFU (nanoGPT's 6N + 12LCT
-// FLOPs per token over the card's dense bf16 peak). --compile asks the peer for torch.compile
+// FLOPs per token) twice: over the card's datasheet dense bf16 peak, and over the bf16 GEMM
+// rate measured in this run (an 8192^3 matmul: the ceiling a training step can approach).
+// --cuda-graph (CUDA): ember's whole step (zero_grad, forward, backward, clip, a capturable
+// AdamW) is captured once after the warm-up steps and replayed (cuda::GraphedStep). --compile asks the peer for torch.compile
 // (PyTorch >= 2; reported as not compiled where missing). The peer runs under --python
 // (default $EMBER_PYTHON, else /usr/bin/python3, Debian's python3-torch); on a CPU it runs
 // twice, with and without OPENBLAS_NUM_THREADS=1 (see bench_mnist), the faster counts.
@@ -30,12 +33,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <ember/amp.h>
 #include <ember/ember.h>
+
+#include "gpu_timing.h"
 
 using namespace ember;
 
@@ -80,7 +86,7 @@ int main(int argc, char** argv) {
   int64_t n_layer = 0, n_head = 0, n_embd = 0, vocab = 0, B = 8, T = 64, steps = 20, warmup = 3;
   double lr = 6e-4;
   int threads = omp_get_max_threads();
-  bool no_peer = false, compile = false;
+  bool no_peer = false, compile = false, cuda_graph = false;
   int profile_steps = 0;
   CLI::App app{"GPT training-step throughput: ember vs PyTorch"};
   app.add_option("--preset", preset)->check(CLI::IsMember({"tiny", "gpt2-small", "gpt2"}));
@@ -103,9 +109,14 @@ int main(int argc, char** argv) {
   app.add_flag("--no-peer", no_peer);
   app.add_option("--profile", profile_steps, "after timing, profile this many ember steps and print the table")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--cuda-graph", cuda_graph, "ember's step captured in a CUDA graph and replayed (CUDA, bf16/off)");
   CLI11_PARSE(app, argc, argv);
   omp_set_num_threads(threads);
   const Device dev = device_name == "cuda" ? Device::cuda(0) : Device::cpu();
+  if (cuda_graph && (!dev.is_cuda() || amp_mode == "fp16")) {
+    std::fprintf(stderr, "bench_gpt: --cuda-graph needs --device cuda and --amp off or bf16\n");
+    return 2;
+  }
 
   nn::GPTConfig cfg = nn::GPTConfig::preset(preset);
   if (n_layer) cfg.n_layer = n_layer;
@@ -120,7 +131,7 @@ int main(int argc, char** argv) {
   model.to(dev);
   model.train();
   optim::AdamW opt(model.configure_optimizer_groups<optim::AdamWOptions>(
-      0.1, {.lr = lr, .betas = {0.9, 0.95}, .eps = 1e-8}));
+      0.1, {.lr = lr, .betas = {0.9, 0.95}, .eps = 1e-8, .capturable = cuda_graph}));
   const bool use_amp = amp_mode != "off";
   const DType amp_dtype = amp_mode == "fp16" ? DType::f16 : DType::bf16;
   amp::GradScaler scaler({.enabled = amp_mode == "fp16"});
@@ -133,22 +144,43 @@ int main(int argc, char** argv) {
 
   std::vector<double> step_ms, fwd_ms, bwd_ms, opt_ms;
   double first_loss = NAN, last_loss = NAN;
-  auto step = [&](int64_t i, bool timed) {
-    const auto& [x, y] = batches[size_t(i) % batches.size()];
-    const auto t0 = Clock::now();
+  // The step's phases, timed on the host (meaningful on a CPU only: CUDA work is queued).
+  Clock::time_point t1, t2;
+  auto train_step = [&](const Tensor& x, const Tensor& y) {
     opt.zero_grad();
     Tensor loss;
     {
       amp::autocast ac(dev, amp_dtype, use_amp);
       loss = model.forward(x, y);
     }
-    const auto t1 = Clock::now();
+    t1 = Clock::now();
     scaler.scale(loss).backward();
-    const auto t2 = Clock::now();
+    t2 = Clock::now();
     scaler.unscale_(opt);
-    optim::clip_grad_norm_(params, 1.0).item<double>();
+    optim::clip_grad_norm_(params, 1.0);
     scaler.step(opt);
     scaler.update();
+    return loss;
+  };
+  Tensor x_static, y_static;
+  std::optional<cuda::GraphedStep> graphed;
+  if (cuda_graph) {
+    x_static = zeros({B, T}, TensorOptions(DType::i64).device(dev));
+    y_static = zeros({B, T}, TensorOptions(DType::i64).device(dev));
+    graphed.emplace([&] { return train_step(x_static, y_static); },
+                    cuda::GraphedStepOptions{.parameters = params});
+  }
+  auto step = [&](int64_t i, bool timed) {
+    const auto& [x, y] = batches[size_t(i) % batches.size()];
+    const auto t0 = Clock::now();
+    Tensor loss;
+    if (graphed) {
+      x_static.copy_(x);
+      y_static.copy_(y);
+      loss = (*graphed)()[0];
+    } else {
+      loss = train_step(x, y);
+    }
     const double l = loss.item<double>();
     const auto t3 = Clock::now();
     if (std::isnan(first_loss)) first_loss = l;
@@ -171,6 +203,15 @@ int main(int argc, char** argv) {
       6.0 * double(model.num_parameters()) + 12.0 * double(cfg.n_layer * cfg.n_embd * T);
   const double peak_flops = peak_bf16_flops(dev);
   auto mfu = [&](double rate) { return peak_flops > 0 ? flops_token * rate / peak_flops : 0.0; };
+  // The bf16 GEMM ceiling of this card, measured: what a step made of GEMMs could reach.
+  double gemm_flops = 0;
+  if (dev.is_cuda()) {
+    const int64_t n = 8192;
+    const TensorOptions o = TensorOptions(DType::bf16).device(dev);
+    Tensor a = randn({n, n}, o), b = randn({n, n}, o);
+    gemm_flops = 2.0 * double(n) * double(n) * double(n) / bench::time_gpu([&] { (void)matmul(a, b); }, 5);
+  }
+  auto mfu_measured = [&](double rate) { return gemm_flops > 0 ? flops_token * rate / gemm_flops : 0.0; };
 
   std::printf("model  %lld layers, %lld heads, %lld wide, vocab %lld (padded %lld), %lld parameters; "
               "batch %lld x %lld on %s, amp %s, %d threads\n",
@@ -182,8 +223,10 @@ int main(int argc, char** argv) {
     std::printf(": forward %.2f, backward %.2f, clip+optimizer %.2f", median(fwd_ms), median(bwd_ms),
                 median(opt_ms));
   std::printf("), loss %.4f -> %.4f", first_loss, last_loss);
-  if (dev.is_cuda()) std::printf(", peak memory %.1f MiB, MFU %.1f%%", double(ember_peak) / 1048576.0,
-                                 100 * mfu(ember_rate));
+  if (dev.is_cuda())
+    std::printf(", peak memory %.1f MiB, MFU %.1f%% of the datasheet, %.1f%% of the measured %.0f TFLOP/s GEMM%s",
+                double(ember_peak) / 1048576.0, 100 * mfu(ember_rate), 100 * mfu_measured(ember_rate),
+                gemm_flops / 1e12, cuda_graph ? ", CUDA graph" : "");
   std::printf("\n");
   if (profile_steps > 0) {  // ops by self time, grouped by input shapes
     profiler::Profiler prof({.record_shapes = true});
@@ -224,8 +267,9 @@ int main(int argc, char** argv) {
           std::printf("torch  %s%s%s: %.1f tokens/s (median step %.2f ms)", version,
                       r.env.empty() ? "" : " ", r.env.c_str(), r.tokens_per_s, r.ms);
           if (dev.is_cuda())
-            std::printf(", peak memory %.1f MiB, MFU %.1f%%", double(r.peak_bytes) / 1048576.0,
-                        100 * mfu(r.tokens_per_s));
+            std::printf(", peak memory %.1f MiB, MFU %.1f%% of the datasheet, %.1f%% of the measured GEMM",
+                        double(r.peak_bytes) / 1048576.0, 100 * mfu(r.tokens_per_s),
+                        100 * mfu_measured(r.tokens_per_s));
           std::printf("%s%s%s\n", r.compiled ? ", compiled" : "", r.sdpa ? ", sdpa" : "",
                       r.fused ? ", fused AdamW" : "");
           if (r.tokens_per_s > peer.tokens_per_s) peer = r;
@@ -242,13 +286,15 @@ int main(int argc, char** argv) {
       "result: {\"bench\": \"gpt_train\", \"preset\": \"%s\", \"n_layer\": %lld, \"n_head\": %lld, "
       "\"n_embd\": %lld, \"vocab\": %lld, \"params\": %lld, \"device\": \"%s\", \"amp\": \"%s\", "
       "\"batch\": %lld, \"seq_len\": %lld, \"threads\": %d, \"compile\": %s, \"peer_compiled\": %s, "
+      "\"cuda_graph\": %s, \"gemm_tflops\": %.1f, \"ember_mfu_measured\": %.4f, \"peer_mfu_measured\": %.4f, "
       "\"ember_tokens_per_s\": %.1f, \"peer_tokens_per_s\": %.1f, \"ratio\": %.3f, "
       "\"ember_ms_per_step\": %.3f, \"peer_ms_per_step\": %.3f, "
       "\"ember_peak_mib\": %.1f, \"peer_peak_mib\": %.1f, \"ember_mfu\": %.4f, \"peer_mfu\": %.4f, "
       "\"peer\": \"torch %s%s%s%s%s\", \"peer_blas\": \"%s\"}\n",
       preset.c_str(), (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
       (long long)cfg.vocab_size, (long long)model.num_parameters(), device_name.c_str(), amp_mode.c_str(),
-      (long long)B, (long long)T, threads, compile ? "true" : "false", peer.compiled ? "true" : "false", ember_rate, peer.tokens_per_s,
+      (long long)B, (long long)T, threads, compile ? "true" : "false", peer.compiled ? "true" : "false",
+      cuda_graph ? "true" : "false", gemm_flops / 1e12, mfu_measured(ember_rate), mfu_measured(peer.tokens_per_s), ember_rate, peer.tokens_per_s,
       peer.tokens_per_s > 0 ? ember_rate / peer.tokens_per_s : 0.0, ember_ms, peer.ms,
       double(ember_peak) / 1048576.0, double(peer.peak_bytes) / 1048576.0, mfu(ember_rate),
       mfu(peer.tokens_per_s), peer.version.c_str(), peer.compiled ? " compiled" : "", peer.sdpa ? " sdpa" : "",
