@@ -22,12 +22,18 @@ constexpr PolicyRow kPolicyTable[] = {
     {linear, "linear", lower_precision},
     {conv2d, "conv2d", lower_precision},
     {scaled_dot_product_attention, "scaled_dot_product_attention", lower_precision},
+    // Its logits GEMM is the step's largest; the fused loss pass computes in f32 from 16-bit
+    // logits itself (Note [fused classifier memory]), so no f32 copy is made.
+    {linear_cross_entropy, "linear_cross_entropy", lower_precision},
     // f32: exponentials, logs and long reductions, whose range (f16 overflows at 65504) or
     // accumulated rounding (bf16 keeps 8 bits) would cost accuracy.
     {softmax, "softmax", fp32},
     {log_softmax, "log_softmax", fp32},
     {cross_entropy, "cross_entropy", fp32},
     {layer_norm, "layer_norm", fp32},
+    // The norm in f32 (the row applies to weight and bias only: x + delta promotes), and y
+    // written in the low dtype when the sum is f32 (ember/functions.h): its consumers are GEMMs.
+    {residual_layer_norm, "residual_layer_norm", fp32},
     {sum, "sum", fp32},
     {mean, "mean", fp32},
     {exp, "exp", fp32},

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <optional>
+#include <utility>
 
 #include "ember/tensor.h"
 
@@ -83,6 +84,11 @@ Tensor norm(const Tensor& x, double p = 2, const Shape& dims = {}, bool keepdim 
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x @ w^T + b (w is [out, in]), as nn.Linear computes it.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// GPT-2's MLP, fused: linear(gelu(linear(x, fc_weight, fc_bias), tanh), proj_weight, proj_bias)
+// with the GELU in the first GEMM's epilogue and the bias gradients in the backward GEMMs'
+// (Note [gelu_mlp] in autograd/src/linalg.cpp). Autocast: linear's policy.
+Tensor gelu_mlp(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, const Tensor& proj_weight,
+                const Tensor& proj_bias);
 
 // ---- nn ops ----
 Tensor softmax(const Tensor& x, int64_t dim);
@@ -95,9 +101,38 @@ struct CrossEntropyOptions {
 };
 // logits [N, C] (or [C]) and integer class targets [N] (or []), fused log_softmax + NLL.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {});
+// ember's fused classifier (PyTorch has no such op): equals
+//   cross_entropy(linear(x, weight)[..., :V].reshape({N, V}), target.reshape({N}), {ignore_index, reduction})
+// for x [..., C], weight [Vp, C] (no bias), integer target [...] (x's leading dims). The loss
+// is 0-dim f32 (f64 for f64 inputs). Peak memory: ONE [N, Vp] buffer in the compute dtype
+// (bf16 under autocast), holding the logits, then softmax - onehot for the backward; never an
+// f32 copy (Note [fused classifier memory], ember/ops/classifier.h). Double backward throws.
+// GPT: linear_cross_entropy(h.reshape({N, C}), wte, targets.reshape({N}), {.ignore_index = -1, .num_classes = V}).
+struct LinearCrossEntropyOptions {
+  int64_t ignore_index = -100;
+  // V, the classes that take part: the first V rows of weight (-1 = all). The others (a
+  // vocabulary padded to a multiple of 64) get no probability and a zero gradient.
+  int64_t num_classes = -1;
+  Reduction reduction = Reduction::mean;  // mean or sum; none throws NotImplementedError
+};
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& target,
+                            const LinearCrossEntropyOptions& options = {});
 // Normalizes over the trailing dims given by normalized_shape; weight/bias optional.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
+// ember's fused pre-LN residual step (PyTorch has no such op): {sum, y} with sum = x + delta
+// (same shape, dtype promote(x, delta)) and y = layer_norm(sum, normalized_shape, weight,
+// bias, eps), in one pass over x and delta. y's dtype: sum's; but when autocast is on for the
+// inputs' device type and sum is f32, the autocast dtype (y's consumers are GEMMs that would
+// cast it: the fused op writes it in 16 bits at once; the norm itself runs in f32, 16-bit
+// weight/bias cast up as layer_norm's). An f64 sum is never cast; a 16-bit sum under autocast
+// runs as the composite to(layer_norm(x + delta), autocast dtype). Equals that composite
+// (add, layer_norm, cast) bit for bit, forward and backward; x and delta get their gradients
+// in their own dtypes. GPT: std::tie(x, h) = residual_layer_norm(x, attn_out, {C}, w, b).
+std::pair<Tensor, Tensor> residual_layer_norm(const Tensor& x, const Tensor& delta,
+                                              const Shape& normalized_shape,
+                                              const Tensor& weight = Tensor(),
+                                              const Tensor& bias = Tensor(), double eps = 1e-5);
 // weight [V, D], indices of any shape (i64 or i32) -> [..., D].
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 // Fused attention softmax(scale * q k^T [+ causal mask]) v over q [B, H, Tq, D] and k, v
@@ -106,6 +141,14 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 // positions of the sequence for a KV-cache step: Note [attention causal alignment]).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool causal = false, std::optional<double> scale = std::nullopt);
+// The same attention over GPT's packed projection qkv [B, T, 3C] (per token the q, k, v of all
+// n_head heads, head h at columns h*D .. h*D+D-1 of each third, C = n_head * D), returning y
+// [B, T, C] contiguous (y[b, t, h*D + d], what the output projection reads). Equals splitting
+// the heads (view [B, T, 3, H, D], select, transpose(1, 2)), scaled_dot_product_attention and
+// merging them (transpose(1, 2), reshape), without copying q, k, v or y; the gradient is one
+// dqkv buffer. Note: causal defaults to true here (GPT's use).
+Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t n_head, bool causal = true,
+                                           std::optional<double> scale = std::nullopt);
 // Zeroes each element with probability p and scales the rest by 1/(1-p) when training.
 Tensor dropout(const Tensor& x, double p, bool training = true);
 
