@@ -4,6 +4,12 @@
 // dtype (the policy table's lower_precision row): its work is GEMMs, and the kernels keep the
 // softmax statistics and accumulators in f32.
 //
+// scaled_dot_product_attention_packed takes GPT's qkv projection [B, T, 3C] whole: the kernels
+// read q, k, v as strided views of it and write y [B, T, C] and the single gradient dqkv
+// [B, T, 3C] directly, so neither the head split (select + transpose + contiguous, and three
+// zero-filled select backwards) nor the head merge (transpose + contiguous) is materialized.
+// It shares scaled_dot_product_attention's autocast row: the same kernels, the same reasons.
+//
 // Double backward is not implemented: the gradients are recorded with a VJP that throws, so
 // differentiating them fails loudly instead of silently giving zeros.
 #include "autocast_policy.h"
@@ -18,13 +24,12 @@ using autograd::save;
 
 namespace {
 
-Tensor no_double_backward(const Tensor& grad, std::initializer_list<Tensor> inputs) {
-  return record("scaled_dot_product_attention_backward", grad, inputs,
-                [](const Tensor&) -> TensorList {
-                  throw NotImplementedError(
-                      "[scaled_dot_product_attention_backward] double backward "
-                      "(differentiating this op's gradient) is not implemented");
-                });
+Tensor no_double_backward(const Tensor& grad, std::initializer_list<Tensor> inputs,
+                          const char* op = "scaled_dot_product_attention_backward") {
+  return record(op, grad, inputs, [op](const Tensor&) -> TensorList {
+    throw NotImplementedError(
+        str("[", op, "] double backward (differentiating this op's gradient) is not implemented"));
+  });
 }
 
 }  // namespace
@@ -47,6 +52,23 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                   return {no_double_backward(b.dq, {g, qv, kv, vv}),
                           no_double_backward(b.dk, {g, qv, kv, vv}),
                           no_double_backward(b.dv, {g, qv, kv})};
+                });
+}
+
+Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t n_head, bool causal,
+                                           std::optional<double> scale) {
+  if (autocast::any_enabled()) [[unlikely]]
+    if (auto c = autograd::autocast_inputs(autograd::AutocastOp::scaled_dot_product_attention, qkv))
+      return scaled_dot_product_attention_packed((*c)[0], n_head, causal, scale);
+  ops::AttentionForward f = ops::scaled_dot_product_attention_packed_forward(qkv, n_head, causal, scale);
+  return record("scaled_dot_product_attention_packed", f.out, {qkv},
+                [qkv = save(qkv), lse = f.lse, n_head, causal,
+                 scale](const Tensor& g, const Tensor& out) -> TensorList {
+                  const Tensor& x = qkv;
+                  Tensor dqkv = ops::scaled_dot_product_attention_packed_backward(
+                      g, x, out.detach(), lse, n_head, causal, scale);
+                  return {no_double_backward(dqkv, {g, x},
+                                             "scaled_dot_product_attention_packed_backward")};
                 });
 }
 

@@ -6,8 +6,11 @@
 //   block of kBq queries, keeping a running row max m, sum l and unnormalized output
 //   (online softmax: a new block rescales them by exp(m_old - m_new)). Block products are
 //   Eigen GEMMs on row-major maps, so the work is cache-resident and vectorized.
-// - Compute type C: f64 for f64, f32 otherwise. 16-bit inputs are converted to f32 once per
-//   call (O(T D), small next to the O(T^2 D) work), and outputs rounded once on store.
+// - Operands are strided views (Note [attention strided operands]): f32/f64 inputs are read
+//   in place through Eigen maps whose outer stride is the row stride, outputs written row by
+//   row through their strides. Compute type C: f64 for f64, f32 otherwise. 16-bit inputs are
+//   gathered into contiguous f32 once per call (O(T D), small next to the O(T^2 D) work), and
+//   outputs rounded once on store.
 // - Causal masking (Note [attention causal alignment]): query i sees keys j <= i + Tk - Tq.
 //   Key blocks entirely above the diagonal are skipped (forward) and query blocks entirely
 //   before it are skipped (backward); only blocks straddling it are masked element-wise.
@@ -45,8 +48,9 @@ template <class C>
 using Mat = Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <class C>
 using MapM = Eigen::Map<Mat<C>>;
+// A block of rows of a strided operand: row stride given, elements within a row adjacent.
 template <class C>
-using CMapM = Eigen::Map<const Mat<C>>;
+using CMapM = Eigen::Map<const Mat<C>, Eigen::Unaligned, Eigen::OuterStride<>>;
 // Scratch memory aligned to Eigen's packet size. Eigen's vectorized reductions over an
 // unaligned Map (row sums, max, dot products) peel a scalar head up to the first aligned
 // address, so their rounding depends on the buffer's address modulo the packet size. With
@@ -55,19 +59,43 @@ using CMapM = Eigen::Map<const Mat<C>>;
 template <class C>
 using Scratch = std::vector<C, Eigen::aligned_allocator<C>>;
 
-// The elements of `t` (contiguous) in the compute type: the storage itself when it already
-// is, else a converted copy held in `buf`.
+// Where the rows of a [B, H, T, D] operand are: row (b, h, t) starts at
+// p + b * sb + h * sh + t * st (64-bit offsets), its D elements adjacent.
+template <class T>
+struct Rows {
+  T* p;
+  int64_t sb, sh, st, H;
+  T* head(int64_t bh) const { return p + (bh / H) * sb + (bh % H) * sh; }
+  template <class C>
+  CMapM<C> block(int64_t bh, int64_t t0, int64_t n, int64_t D) const {
+    return CMapM<C>(head(bh) + t0 * st, n, D, Eigen::OuterStride<>(st));
+  }
+};
+
+template <class T>
+Rows<T> rows_of(const Tensor& t) {
+  const Shape& s = t.strides();
+  return {static_cast<T*>(t.data_ptr()), s[0], s[1], s[2], t.sizes()[1]};
+}
+
+// `t` in the compute type: its own rows when it already is, else a contiguous converted copy
+// held in `buf`.
 template <class C, class S>
-const C* as_compute(const Tensor& t, Scratch<C>& buf) {
-  const S* p = t.data_ptr<S>();
+Rows<const C> as_compute(const Tensor& t, Scratch<C>& buf) {
   if constexpr (std::is_same_v<S, C>) {
-    return p;
+    return rows_of<const C>(t);
   } else {
-    const int64_t n = t.numel();
-    buf.resize(size_t(n));
-#pragma omp parallel for schedule(static) if (n > (int64_t(1) << 16) && !omp_in_parallel())
-    for (int64_t i = 0; i < n; ++i) buf[size_t(i)] = C(p[i]);
-    return buf.data();
+    const Rows<const S> src = rows_of<const S>(t);
+    const int64_t H = t.sizes()[1], T = t.sizes()[2], D = t.sizes()[3];
+    const int64_t rows = t.sizes()[0] * H * T;
+    buf.resize(size_t(rows * D));
+#pragma omp parallel for schedule(static) if (rows * D > (int64_t(1) << 16) && !omp_in_parallel())
+    for (int64_t r = 0; r < rows; ++r) {
+      const S* in = src.head(r / T) + (r % T) * src.st;
+      C* o = buf.data() + r * D;
+      for (int64_t d = 0; d < D; ++d) o[d] = C(in[d]);
+    }
+    return {buf.data(), H * T * D, T * D, D, H};
   }
 }
 
@@ -82,6 +110,14 @@ void mask_block(MapM<C>& s, int64_t i0, int64_t j0, int64_t nq, int64_t nk, int6
   }
 }
 
+// Rounds rows [t0, t0 + n) of the contiguous [n, D] `src` into those rows of `dst`.
+template <class S, class C>
+void store_rows(const Rows<S>& dst, int64_t bh, int64_t t0, int64_t n, int64_t D, const C* src) {
+  S* base = dst.head(bh) + t0 * dst.st;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t d = 0; d < D; ++d) base[r * dst.st + d] = S(src[r * D + d]);
+}
+
 template <class S>
 void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                    const Tensor& lse, bool causal, double scale_d) {
@@ -91,10 +127,10 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   const int64_t off = Tk - Tq;
   const C scale = C(scale_d);
   Scratch<C> qbuf, kbuf, vbuf;
-  const C* qp = as_compute<C, S>(q, qbuf);
-  const C* kp = as_compute<C, S>(k, kbuf);
-  const C* vp = as_compute<C, S>(v, vbuf);
-  S* op = out.data_ptr<S>();
+  const Rows<const C> qr = as_compute<C, S>(q, qbuf);
+  const Rows<const C> kr = as_compute<C, S>(k, kbuf);
+  const Rows<const C> vr = as_compute<C, S>(v, vbuf);
+  const Rows<S> orow = rows_of<S>(out);
   C* lp = lse.data_ptr<C>();
   const int64_t qblocks = (Tq + kBq - 1) / kBq;
   const int64_t tasks = BH * qblocks;
@@ -108,7 +144,7 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t bh = t / qblocks, i0 = (t % qblocks) * kBq;
       const int64_t nq = std::min(kBq, Tq - i0);
-      CMapM<C> qb(qp + (bh * Tq + i0) * D, nq, D);
+      const CMapM<C> qb = qr.template block<C>(bh, i0, nq, D);
       MapM<C> acc(accbuf.data(), nq, D);
       acc.setZero();
       std::fill(m.begin(), m.end(), -std::numeric_limits<C>::infinity());
@@ -117,8 +153,8 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
       const int64_t kend = causal ? std::min(Tk, i0 + nq + off) : Tk;
       for (int64_t j0 = 0; j0 < kend; j0 += kBk) {
         const int64_t nk = std::min(kBk, kend - j0);
-        CMapM<C> kb(kp + (bh * Tk + j0) * D, nk, D);
-        CMapM<C> vb(vp + (bh * Tk + j0) * D, nk, D);
+        const CMapM<C> kb = kr.template block<C>(bh, j0, nk, D);
+        const CMapM<C> vb = vr.template block<C>(bh, j0, nk, D);
         MapM<C> s(sbuf.data(), nq, nk);
         s.noalias() = qb * kb.transpose();
         s *= scale;
@@ -137,7 +173,7 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
       }
       for (int64_t r = 0; r < nq; ++r) {
         const C inv = C(1) / l[size_t(r)];
-        S* o = op + (bh * Tq + i0 + r) * D;
+        S* o = orow.head(bh) + (i0 + r) * orow.st;
         for (int64_t d = 0; d < D; ++d) o[d] = S(acc(r, d) * inv);
         lp[bh * Tq + i0 + r] = m[size_t(r)] + std::log(l[size_t(r)]);
       }
@@ -155,15 +191,13 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
   const int64_t off = Tk - Tq;
   const C scale = C(scale_d);
   Scratch<C> qbuf, kbuf, vbuf, gbuf, obuf;
-  const C* qp = as_compute<C, S>(q, qbuf);
-  const C* kp = as_compute<C, S>(k, kbuf);
-  const C* vp = as_compute<C, S>(v, vbuf);
-  const C* gp = as_compute<C, S>(grad, gbuf);
-  const C* op = as_compute<C, S>(out, obuf);
+  const Rows<const C> qr = as_compute<C, S>(q, qbuf);
+  const Rows<const C> kr = as_compute<C, S>(k, kbuf);
+  const Rows<const C> vr = as_compute<C, S>(v, vbuf);
+  const Rows<const C> gr = as_compute<C, S>(grad, gbuf);
+  const Rows<const C> orow = as_compute<C, S>(out, obuf);
   const C* lp = lse.data_ptr<C>();
-  S* dqp = dq.data_ptr<S>();
-  S* dkp = dk.data_ptr<S>();
-  S* dvp = dv.data_ptr<S>();
+  const Rows<S> dqr = rows_of<S>(dq), dkr = rows_of<S>(dk), dvr = rows_of<S>(dv);
   const double macs = double(BH) * double(Tq) * double(Tk) * double(D) * 5;
 
 #pragma omp parallel if (macs > kParallelMinMacs && BH > 1)
@@ -173,23 +207,20 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
         dqbuf(static_cast<size_t>(Tq * D)), delta(static_cast<size_t>(Tq));
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < BH; ++bh) {
-      const C* qh = qp + bh * Tq * D;
-      const C* kh = kp + bh * Tk * D;
-      const C* vh = vp + bh * Tk * D;
-      const C* gh = gp + bh * Tq * D;
-      const C* oh = op + bh * Tq * D;
+      const C* gh = gr.head(bh);
+      const C* oh = orow.head(bh);
       const C* lh = lp + bh * Tq;
       for (int64_t i = 0; i < Tq; ++i) {
         C s = 0;
-        for (int64_t d = 0; d < D; ++d) s += gh[i * D + d] * oh[i * D + d];
+        for (int64_t d = 0; d < D; ++d) s += gh[i * gr.st + d] * oh[i * orow.st + d];
         delta[size_t(i)] = s;
       }
       MapM<C> dqa(dqbuf.data(), Tq, D);
       dqa.setZero();
       for (int64_t j0 = 0; j0 < Tk; j0 += kBk) {
         const int64_t nk = std::min(kBk, Tk - j0);
-        CMapM<C> kb(kh + j0 * D, nk, D);
-        CMapM<C> vb(vh + j0 * D, nk, D);
+        const CMapM<C> kb = kr.template block<C>(bh, j0, nk, D);
+        const CMapM<C> vb = vr.template block<C>(bh, j0, nk, D);
         MapM<C> dka(dkbuf.data(), nk, D), dva(dvbuf.data(), nk, D);
         dka.setZero();
         dva.setZero();
@@ -197,8 +228,8 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
         const int64_t qstart = causal ? std::max<int64_t>(0, j0 - off) / kBq * kBq : 0;
         for (int64_t i0 = qstart; i0 < Tq; i0 += kBq) {
           const int64_t nq = std::min(kBq, Tq - i0);
-          CMapM<C> qb(qh + i0 * D, nq, D);
-          CMapM<C> gb(gh + i0 * D, nq, D);
+          const CMapM<C> qb = qr.template block<C>(bh, i0, nq, D);
+          const CMapM<C> gb = gr.template block<C>(bh, i0, nq, D);
           MapM<C> p(sbuf.data(), nq, nk), dp(dpbuf.data(), nq, nk);
           p.noalias() = qb * kb.transpose();
           p *= scale;
@@ -211,15 +242,10 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
           dqa.middleRows(i0, nq).noalias() += scale * (dp * kb);
           dka.noalias() += scale * (dp.transpose() * qb);
         }
-        S* dkh = dkp + (bh * Tk + j0) * D;
-        S* dvh = dvp + (bh * Tk + j0) * D;
-        for (int64_t e = 0; e < nk * D; ++e) {
-          dkh[e] = S(dkbuf[size_t(e)]);
-          dvh[e] = S(dvbuf[size_t(e)]);
-        }
+        store_rows(dkr, bh, j0, nk, D, dkbuf.data());
+        store_rows(dvr, bh, j0, nk, D, dvbuf.data());
       }
-      S* dqh = dqp + bh * Tq * D;
-      for (int64_t e = 0; e < Tq * D; ++e) dqh[e] = S(dqbuf[size_t(e)]);
+      store_rows(dqr, bh, 0, Tq, D, dqbuf.data());
     }
   }
 }

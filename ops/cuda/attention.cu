@@ -8,8 +8,15 @@
 //   P = exp(scale * q k^T - lse) tile by tile.
 // - Causal masking per Note [attention causal alignment] (key j visible to query i when
 //   j <= i + Tk - Tq); tiles past the diagonal of a whole block are skipped, not masked.
-// - Tensor-core forward (attention_fwd_wmma_kernel): f16/bf16 with D = 64 or 128 (and 16-byte
-//   aligned data; others take the generic kernel). 64 queries
+// - Operands are strided views (Note [attention strided operands]): every kernel addresses row
+//   (b, h, t) of each operand through that operand's own stride(0..2) (RowStrides, 64-bit), so
+//   q, k, v are read straight out of a packed qkv projection and out, dq, dk, dv written into
+//   their views of y and dqkv. Only rows are written, never the gaps between them.
+// - The tensor-core FlashAttention-2 kernels (flash_attention.cu) are tried first; they decline
+//   (returning false, having launched nothing) what they do not handle, which then runs here.
+// - Tensor-core forward (attention_fwd_wmma_kernel): f16/bf16 with D = 64 or 128, 16-byte
+//   aligned base pointers and stride(0..2) multiples of 8 elements (so every row starts on a
+//   16-byte boundary); others take the generic kernel. 64 queries
 //   per block of 4 warps (16 query rows per warp), 64-key tiles; S = Q K^T and O += P V are
 //   WMMA 16x16x16 products with f32 accumulation; the softmax runs in f32 on S kept in shared
 //   memory, and P is rounded to the input dtype for the P V product (as FlashAttention does).
@@ -30,6 +37,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "flash_attention.cuh"
 #include "kernels/attention.h"
 #include "reduce_utils.cuh"
 
@@ -66,6 +74,17 @@ __device__ __forceinline__ C neg_inf() {
   return -std::numeric_limits<C>::infinity();
 }
 
+// Where the rows of a [B, H, T, D] operand are: row (bh, t) starts head(bh) + t * this->t
+// elements past its data pointer (b, h, t: stride(0), stride(1), stride(2); H = size(1)).
+struct RowStrides {
+  int64_t b, h, t, H;
+  __device__ __forceinline__ int64_t head(int64_t bh) const { return (bh / H) * b + (bh % H) * h; }
+};
+
+RowStrides row_strides(const Tensor& x) {
+  return {x.strides()[0], x.strides()[1], x.strides()[2], x.sizes()[1]};
+}
+
 template <class Kernel>
 void allow_smem(Kernel kernel, size_t bytes) {
   if (bytes > kDefaultSmem)
@@ -82,7 +101,8 @@ template <class S, int NPL>
 __global__ void __launch_bounds__(kRows * 32)
     attention_fwd_generic_kernel(const S* __restrict__ q, const S* __restrict__ k,
                                  const S* __restrict__ v, S* __restrict__ out,
-                                 compute_t<S>* __restrict__ lse, int64_t Tq, int64_t Tk, int D,
+                                 compute_t<S>* __restrict__ lse, RowStrides sq, RowStrides sk,
+                                 RowStrides sv, RowStrides so, int64_t Tq, int64_t Tk, int D,
                                  int64_t qblocks, bool causal, compute_t<S> scale) {
   using C = compute_t<S>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -93,10 +113,10 @@ __global__ void __launch_bounds__(kRows * 32)
   const int64_t bh = blockIdx.x / qblocks, first = (blockIdx.x % qblocks) * kRows;
   const int64_t off = Tk - Tq, i = first + warp;
   const bool valid = i < Tq;
-  const S* qh = q + bh * Tq * D;
-  const S* kh = k + bh * Tk * D;
-  const S* vh = v + bh * Tk * D;
-  for (int d = lane; d < D; d += 32) qs[warp * D + d] = valid ? load_c(qh + i * D + d) : C(0);
+  const S* qh = q + sq.head(bh);
+  const S* kh = k + sk.head(bh);
+  const S* vh = v + sv.head(bh);
+  for (int d = lane; d < D; d += 32) qs[warp * D + d] = valid ? load_c(qh + i * sq.t + d) : C(0);
   C m = neg_inf<C>(), l = 0, acc[NPL];
 #pragma unroll
   for (int e = 0; e < NPL; ++e) acc[e] = 0;
@@ -107,8 +127,8 @@ __global__ void __launch_bounds__(kRows * 32)
     __syncthreads();  // the previous tile is consumed (and qs written, the first time)
     for (int e = threadIdx.x; e < nk * D; e += kRows * 32) {
       const int r = e / D, c = e % D;
-      ks[r * (D + 1) + c] = load_c(kh + (j0 + r) * D + c);
-      vs[r * D + c] = load_c(vh + (j0 + r) * D + c);
+      ks[r * (D + 1) + c] = load_c(kh + (j0 + r) * sk.t + c);
+      vs[r * D + c] = load_c(vh + (j0 + r) * sv.t + c);
     }
     __syncthreads();
     if (!valid) continue;
@@ -141,7 +161,7 @@ __global__ void __launch_bounds__(kRows * 32)
 #pragma unroll
   for (int e = 0; e < NPL; ++e) {
     const int d = lane + 32 * e;
-    if (d < D) store_c(out + (bh * Tq + i) * D + d, acc[e] * inv);
+    if (d < D) store_c(out + so.head(bh) + i * so.t + d, acc[e] * inv);
   }
   if (lane == 0) lse[bh * Tq + i] = m + log_c(l);
 }
@@ -174,15 +194,17 @@ struct WmmaLayout {
   }
 };
 
-// Copies `rows` rows of D 16-bit values (row pitch D in global memory) into shared memory
-// (pitch P), zero-filling rows [rows, kWBq). 16-byte vectors: D is a multiple of 8.
+// Copies `rows` rows of D 16-bit values (row stride `pitch` elements in global memory) into
+// shared memory (pitch P), zero-filling rows [rows, kWBq). 16-byte vectors: D, `pitch` and
+// src's offset are multiples of 8 elements (checked by the host before the launch).
 template <int D, int P>
-__device__ __forceinline__ void load_tile16(uint16_t* dst, const uint16_t* src, int rows) {
+__device__ __forceinline__ void load_tile16(uint16_t* dst, const uint16_t* src, int rows,
+                                            int64_t pitch) {
   constexpr int kVecPerRow = D / 8;
   for (int e = threadIdx.x; e < kWBq * kVecPerRow; e += kWWarps * 32) {
     const int r = e / kVecPerRow, c = (e % kVecPerRow) * 8;
     uint4 val = make_uint4(0, 0, 0, 0);
-    if (r < rows) val = *reinterpret_cast<const uint4*>(src + int64_t(r) * D + c);
+    if (r < rows) val = *reinterpret_cast<const uint4*>(src + int64_t(r) * pitch + c);
     *reinterpret_cast<uint4*>(dst + r * P + c) = val;
   }
 }
@@ -191,8 +213,9 @@ template <class S, int D>
 __global__ void __launch_bounds__(kWWarps * 32)
     attention_fwd_wmma_kernel(const S* __restrict__ q, const S* __restrict__ k,
                               const S* __restrict__ v, S* __restrict__ out,
-                              float* __restrict__ lse, int64_t Tq, int64_t Tk, int64_t qblocks,
-                              bool causal, float scale) {
+                              float* __restrict__ lse, RowStrides sq, RowStrides sk,
+                              RowStrides sv, RowStrides so, int64_t Tq, int64_t Tk,
+                              int64_t qblocks, bool causal, float scale) {
   namespace wmma = nvcuda::wmma;
   using T = tc_t<S>;
   using L = WmmaLayout<D>;
@@ -210,11 +233,12 @@ __global__ void __launch_bounds__(kWWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t bh = blockIdx.x / qblocks, i0 = (blockIdx.x % qblocks) * kWBq;
   const int64_t off = Tk - Tq;
-  const uint16_t* qh = reinterpret_cast<const uint16_t*>(q) + (bh * Tq + i0) * D;
-  const uint16_t* kh = reinterpret_cast<const uint16_t*>(k) + bh * Tk * D;
-  const uint16_t* vh = reinterpret_cast<const uint16_t*>(v) + bh * Tk * D;
+  const uint16_t* qh = reinterpret_cast<const uint16_t*>(q) + sq.head(bh) + i0 * sq.t;
+  const uint16_t* kh = reinterpret_cast<const uint16_t*>(k) + sk.head(bh);
+  const uint16_t* vh = reinterpret_cast<const uint16_t*>(v) + sv.head(bh);
+  S* oh = out + so.head(bh);
 
-  load_tile16<D, L::DP>(reinterpret_cast<uint16_t*>(qs), qh, int(min64(kWBq, Tq - i0)));
+  load_tile16<D, L::DP>(reinterpret_cast<uint16_t*>(qs), qh, int(min64(kWBq, Tq - i0)), sq.t);
   for (int e = threadIdx.x; e < kWBq * L::OP; e += kWWarps * 32) os[e] = 0.f;
   for (int r = threadIdx.x; r < kWBq; r += kWWarps * 32) {
     ms[r] = -INFINITY;
@@ -226,8 +250,8 @@ __global__ void __launch_bounds__(kWWarps * 32)
   for (int64_t j0 = 0; j0 < kend; j0 += kWBk) {
     const int nk = int(min64(kWBk, kend - j0));
     __syncthreads();  // previous K/V tile consumed; Q and O initialized
-    load_tile16<D, L::DP>(reinterpret_cast<uint16_t*>(ks), kh + j0 * D, nk);
-    load_tile16<D, L::DP>(reinterpret_cast<uint16_t*>(vs), vh + j0 * D, nk);
+    load_tile16<D, L::DP>(reinterpret_cast<uint16_t*>(ks), kh + j0 * sk.t, nk, sk.t);
+    load_tile16<D, L::DP>(reinterpret_cast<uint16_t*>(vs), vh + j0 * sv.t, nk, sv.t);
     __syncthreads();
 
     // S_w [16 x 64] = Q_w K^T (K row-major [key][d] is K^T column-major).
@@ -310,7 +334,7 @@ __global__ void __launch_bounds__(kWWarps * 32)
   for (int e = lane; e < 16 * D; e += 32) {
     const int r = wr + e / D;
     const int64_t gi = i0 + r;
-    if (gi < Tq) store_c(out + (bh * Tq + gi) * D + e % D, os[r * L::OP + e % D] / ls[r]);
+    if (gi < Tq) store_c(oh + gi * so.t + e % D, os[r * L::OP + e % D] / ls[r]);
   }
   if (lane < 16) {
     const int r = wr + lane;
@@ -325,13 +349,17 @@ __global__ void __launch_bounds__(kWWarps * 32)
 template <class S>
 __global__ void __launch_bounds__(kRows * 32)
     attention_delta_kernel(const S* __restrict__ grad, const S* __restrict__ out,
-                           compute_t<S>* __restrict__ delta, int64_t rows, int D) {
+                           compute_t<S>* __restrict__ delta, RowStrides sg, RowStrides so,
+                           int64_t rows, int64_t Tq, int D) {
   using C = compute_t<S>;
   const int64_t r = int64_t(blockIdx.x) * kRows + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= rows) return;
+  const int64_t bh = r / Tq, i = r % Tq;
+  const S* gr = grad + sg.head(bh) + i * sg.t;
+  const S* orow = out + so.head(bh) + i * so.t;
   C s = 0;
-  for (int d = lane; d < D; d += 32) s += load_c(grad + r * D + d) * load_c(out + r * D + d);
+  for (int d = lane; d < D; d += 32) s += load_c(gr + d) * load_c(orow + d);
   s = warp_sum(s);
   if (lane == 0) delta[r] = s;
 }
@@ -345,8 +373,10 @@ __global__ void __launch_bounds__(kRows * 32)
                               const S* __restrict__ k, const S* __restrict__ v,
                               const compute_t<S>* __restrict__ lse,
                               const compute_t<S>* __restrict__ delta, S* __restrict__ dk,
-                              S* __restrict__ dv, int64_t Tq, int64_t Tk, int D, int64_t kblocks,
-                              bool causal, compute_t<S> scale) {
+                              S* __restrict__ dv, RowStrides sg, RowStrides sq, RowStrides sk,
+                              RowStrides sv, RowStrides sdk, RowStrides sdv, int64_t Tq,
+                              int64_t Tk, int D, int64_t kblocks, bool causal,
+                              compute_t<S> scale) {
   using C = compute_t<S>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   C* krow = reinterpret_cast<C*>(smem_raw);  // [kRows][D]
@@ -359,9 +389,11 @@ __global__ void __launch_bounds__(kRows * 32)
   const int64_t bh = blockIdx.x / kblocks, first = (blockIdx.x % kblocks) * kRows;
   const int64_t off = Tk - Tq, j = first + warp;
   const bool valid = j < Tk;
+  const S* qh = q + sq.head(bh);
+  const S* gh = grad + sg.head(bh);
   for (int d = lane; d < D; d += 32) {
-    krow[warp * D + d] = valid ? load_c(k + (bh * Tk + j) * D + d) : C(0);
-    vrow[warp * D + d] = valid ? load_c(v + (bh * Tk + j) * D + d) : C(0);
+    krow[warp * D + d] = valid ? load_c(k + sk.head(bh) + j * sk.t + d) : C(0);
+    vrow[warp * D + d] = valid ? load_c(v + sv.head(bh) + j * sv.t + d) : C(0);
   }
   C adk[NPL], adv[NPL];
 #pragma unroll
@@ -373,8 +405,8 @@ __global__ void __launch_bounds__(kRows * 32)
     __syncthreads();
     for (int e = threadIdx.x; e < nq * D; e += kRows * 32) {
       const int r = e / D, c = e % D;
-      qs[r * (D + 1) + c] = load_c(q + (bh * Tq + i0 + r) * D + c);
-      gs[r * (D + 1) + c] = load_c(grad + (bh * Tq + i0 + r) * D + c);
+      qs[r * (D + 1) + c] = load_c(qh + (i0 + r) * sq.t + c);
+      gs[r * (D + 1) + c] = load_c(gh + (i0 + r) * sg.t + c);
     }
     for (int r = threadIdx.x; r < nq; r += kRows * 32) {
       lt[r] = lse[bh * Tq + i0 + r];
@@ -410,8 +442,8 @@ __global__ void __launch_bounds__(kRows * 32)
   for (int e = 0; e < NPL; ++e) {
     const int d = lane + 32 * e;
     if (d < D) {
-      store_c(dk + (bh * Tk + j) * D + d, adk[e] * scale);
-      store_c(dv + (bh * Tk + j) * D + d, adv[e]);
+      store_c(dk + sdk.head(bh) + j * sdk.t + d, adk[e] * scale);
+      store_c(dv + sdv.head(bh) + j * sdv.t + d, adv[e]);
     }
   }
 }
@@ -424,8 +456,9 @@ __global__ void __launch_bounds__(kRows * 32)
                             const S* __restrict__ k, const S* __restrict__ v,
                             const compute_t<S>* __restrict__ lse,
                             const compute_t<S>* __restrict__ delta, S* __restrict__ dq,
-                            int64_t Tq, int64_t Tk, int D, int64_t qblocks, bool causal,
-                            compute_t<S> scale) {
+                            RowStrides sg, RowStrides sq, RowStrides sk, RowStrides sv,
+                            RowStrides sdq, int64_t Tq, int64_t Tk, int D, int64_t qblocks,
+                            bool causal, compute_t<S> scale) {
   using C = compute_t<S>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   C* qrow = reinterpret_cast<C*>(smem_raw);  // [kRows][D]
@@ -436,9 +469,11 @@ __global__ void __launch_bounds__(kRows * 32)
   const int64_t bh = blockIdx.x / qblocks, first = (blockIdx.x % qblocks) * kRows;
   const int64_t off = Tk - Tq, i = first + warp;
   const bool valid = i < Tq;
+  const S* kh = k + sk.head(bh);
+  const S* vh = v + sv.head(bh);
   for (int d = lane; d < D; d += 32) {
-    qrow[warp * D + d] = valid ? load_c(q + (bh * Tq + i) * D + d) : C(0);
-    grow[warp * D + d] = valid ? load_c(grad + (bh * Tq + i) * D + d) : C(0);
+    qrow[warp * D + d] = valid ? load_c(q + sq.head(bh) + i * sq.t + d) : C(0);
+    grow[warp * D + d] = valid ? load_c(grad + sg.head(bh) + i * sg.t + d) : C(0);
   }
   const C li = valid ? lse[bh * Tq + i] : C(0), di = valid ? delta[bh * Tq + i] : C(0);
   C adq[NPL];
@@ -451,8 +486,8 @@ __global__ void __launch_bounds__(kRows * 32)
     __syncthreads();
     for (int e = threadIdx.x; e < nk * D; e += kRows * 32) {
       const int r = e / D, c = e % D;
-      ks[r * (D + 1) + c] = load_c(k + (bh * Tk + j0 + r) * D + c);
-      vs[r * (D + 1) + c] = load_c(v + (bh * Tk + j0 + r) * D + c);
+      ks[r * (D + 1) + c] = load_c(kh + (j0 + r) * sk.t + c);
+      vs[r * (D + 1) + c] = load_c(vh + (j0 + r) * sv.t + c);
     }
     __syncthreads();
     if (!valid) continue;
@@ -480,7 +515,7 @@ __global__ void __launch_bounds__(kRows * 32)
 #pragma unroll
   for (int e = 0; e < NPL; ++e) {
     const int d = lane + 32 * e;
-    if (d < D) store_c(dq + (bh * Tq + i) * D + d, adq[e] * scale);
+    if (d < D) store_c(dq + sdq.head(bh) + i * sdq.t + d, adq[e] * scale);
   }
 }
 
@@ -513,18 +548,25 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   const S* vp = static_cast<const S*>(v.data_ptr());
   S* op_ = static_cast<S*>(out.data_ptr());
   C* lp = static_cast<C*>(lse.data_ptr());
+  const RowStrides sq = row_strides(q), sk = row_strides(k), sv = row_strides(v),
+                   so = row_strides(out);
   const auto on = ember::cuda::detail::on_device(q.device());
   cudaStream_t stream = on.stream;
   if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) {
-    // 16-byte vector loads: a contiguous view at an odd storage offset takes the generic path.
-    auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-    if ((D == 64 || D == 128) && aligned(qp) && aligned(kp) && aligned(vp)) {
+    // 16-byte vector loads of every row: the base pointer and each row stride must keep rows
+    // on 16-byte boundaries (a view at an odd storage offset, or rows of an odd pitch, take
+    // the generic path). The output is stored element by element.
+    auto aligned = [](const void* ptr, const RowStrides& s) {
+      return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.b % 8 == 0 && s.h % 8 == 0 &&
+             s.t % 8 == 0;
+    };
+    if ((D == 64 || D == 128) && aligned(qp, sq) && aligned(kp, sk) && aligned(vp, sv)) {
       const int64_t qblocks = ceil_div(Tq, kWBq);
       check_launch(BH * qblocks, op);
       auto launch = [&](auto kernel, size_t bytes) {
         allow_smem(kernel, bytes);
         kernel<<<unsigned(BH * qblocks), kWWarps * 32, bytes, stream>>>(
-            qp, kp, vp, op_, lp, Tq, Tk, qblocks, causal, float(scale));
+            qp, kp, vp, op_, lp, sq, sk, sv, so, Tq, Tk, qblocks, causal, float(scale));
         EMBER_CUDA_CHECK_LAUNCH();
       };
       if (D == 64) launch(attention_fwd_wmma_kernel<S, 64>, WmmaLayout<64>::bytes());
@@ -540,8 +582,8 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   visit_npl(D, op, [&](auto npl) {
     auto kernel = attention_fwd_generic_kernel<S, decltype(npl)::value>;
     allow_smem(kernel, bytes);
-    kernel<<<unsigned(BH * qblocks), kRows * 32, bytes, stream>>>(qp, kp, vp, op_, lp, Tq, Tk, D,
-                                                                  qblocks, causal, C(scale));
+    kernel<<<unsigned(BH * qblocks), kRows * 32, bytes, stream>>>(
+        qp, kp, vp, op_, lp, sq, sk, sv, so, Tq, Tk, D, qblocks, causal, C(scale));
     EMBER_CUDA_CHECK_LAUNCH();
   });
 }
@@ -565,6 +607,9 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
   S* dqp = static_cast<S*>(dq.data_ptr());
   S* dkp = static_cast<S*>(dk.data_ptr());
   S* dvp = static_cast<S*>(dv.data_ptr());
+  const RowStrides sg = row_strides(grad), sq = row_strides(q), sk = row_strides(k),
+                   sv = row_strides(v), so = row_strides(out), sdq = row_strides(dq),
+                   sdk = row_strides(dk), sdv = row_strides(dv);
   const auto on = ember::cuda::detail::on_device(q.device());
   cudaStream_t stream = on.stream;
 
@@ -573,7 +618,7 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
   const int64_t rows = BH * Tq;
   check_launch(ceil_div(rows, kRows), op);
   attention_delta_kernel<S><<<unsigned(ceil_div(rows, kRows)), kRows * 32, 0, stream>>>(
-      gp, opp, deltap, rows, D);
+      gp, opp, deltap, sg, so, rows, Tq, D);
   EMBER_CUDA_CHECK_LAUNCH();
 
   visit_npl(D, op, [&](auto npl) {
@@ -584,7 +629,8 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
     auto kv_kernel = attention_bwd_dkdv_kernel<S, NPL>;
     allow_smem(kv_kernel, kv_bytes);
     kv_kernel<<<unsigned(BH * kblocks), kRows * 32, kv_bytes, stream>>>(
-        gp, qp, kp, vp, lp, deltap, dkp, dvp, Tq, Tk, D, kblocks, causal, C(scale));
+        gp, qp, kp, vp, lp, deltap, dkp, dvp, sg, sq, sk, sv, sdk, sdv, Tq, Tk, D, kblocks, causal,
+        C(scale));
     EMBER_CUDA_CHECK_LAUNCH();
 
     const int64_t qblocks = ceil_div(Tq, kRows);
@@ -593,7 +639,8 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
     auto q_kernel = attention_bwd_dq_kernel<S, NPL>;
     allow_smem(q_kernel, q_bytes);
     q_kernel<<<unsigned(BH * qblocks), kRows * 32, q_bytes, stream>>>(
-        gp, qp, kp, vp, lp, deltap, dqp, Tq, Tk, D, qblocks, causal, C(scale));
+        gp, qp, kp, vp, lp, deltap, dqp, sg, sq, sk, sv, sdq, Tq, Tk, D, qblocks, causal,
+        C(scale));
     EMBER_CUDA_CHECK_LAUNCH();
   });
 }
@@ -602,6 +649,7 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
 
 void attention_fwd_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                           const Tensor& lse, bool causal, double scale) {
+  if (flash_attention_fwd(q, k, v, out, lse, causal, scale)) return;
   visit_floating(q.dtype(), [&](auto tag) {
     attention_fwd<decltype(tag)>(q, k, v, out, lse, causal, scale);
   });
@@ -610,6 +658,7 @@ void attention_fwd_kernel(const Tensor& q, const Tensor& k, const Tensor& v, con
 void attention_bwd_kernel(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& out, const Tensor& lse, const Tensor& dq,
                           const Tensor& dk, const Tensor& dv, bool causal, double scale) {
+  if (flash_attention_bwd(grad, q, k, v, out, lse, dq, dk, dv, causal, scale)) return;
   visit_floating(q.dtype(), [&](auto tag) {
     attention_bwd<decltype(tag)>(grad, q, k, v, out, lse, dq, dk, dv, causal, scale);
   });

@@ -1,6 +1,8 @@
-// Front of the attention family: validation, the default scale, contiguous copies of strided
-// inputs, output allocation, and the degenerate sizes (no batch, no queries), so the drivers
-// only see the canonical geometry of ops/kernels/attention.h.
+// Front of the attention family: validation, the default scale, output allocation, and the
+// degenerate sizes (no batch, no queries), so the drivers only see the geometry of Note
+// [attention strided operands] (ops/kernels/attention.h). Operands are passed as the views
+// they are; only a last dim that is not unit-stride is copied. The packed op makes q, k, v,
+// y and dq, dk, dv strided views of its [B, T, 3C] and [B, T, C] buffers the same way.
 #include "ember/ops/attention.h"
 
 #include <cmath>
@@ -49,28 +51,41 @@ Geometry check_inputs(const char* op, const Tensor& q, const Tensor& k, const Te
   return g;
 }
 
-}  // namespace
-
-AttentionForward scaled_dot_product_attention_forward(const Tensor& q, const Tensor& k,
-                                                      const Tensor& v, bool causal,
-                                                      std::optional<double> scale) {
-  const char* op = "scaled_dot_product_attention";
-  const Geometry g = check_inputs(op, q, k, v, causal, scale);
-  AttentionForward f;
-  f.out = detail::make_tensor(q.sizes(), q.dtype(), q.device());
-  f.lse = detail::make_tensor({g.B, g.H, g.Tq}, stats_dtype(q.dtype()), q.device());
-  if (f.out.numel() == 0) return f;
-  EMBER_DISPATCH_KERNEL(q.device(), attention_fwd_kernel, contiguous(q), contiguous(k),
-                        contiguous(v), f.out, f.lse, causal, g.scale);
-  return f;
+// A [B, H, T, D] tensor as a kernel operand (Note [attention strided operands]): the tensor
+// itself when its strides already qualify, a restrided view of the same elements when only
+// the strides of size-1 dims differ, and a contiguous copy only when the last dim is not
+// unit-stride (or a stride is negative).
+Tensor as_operand(const Tensor& t) {
+  const Shape& sz = t.sizes();
+  Tensor s = t;
+  for (size_t d = 0; d < 4; ++d)
+    if (sz[d] > 1 && (d == 3 ? t.strides()[d] != 1 : t.strides()[d] < 0)) {
+      s = contiguous(t);
+      break;
+    }
+  Shape st = s.strides();
+  bool restride = false;
+  for (size_t d = 0; d < 4; ++d) {
+    const int64_t want = d == 3 ? 1 : 0;
+    if (sz[d] == 1 && st[d] != want) {
+      st[d] = want;
+      restride = true;
+    }
+  }
+  return restride ? detail::make_view(s, sz, st, s.storage_offset()) : s;
 }
 
-AttentionBackward scaled_dot_product_attention_backward(const Tensor& grad, const Tensor& q,
-                                                        const Tensor& k, const Tensor& v,
-                                                        const Tensor& out, const Tensor& lse,
-                                                        bool causal, std::optional<double> scale) {
-  const char* op = "scaled_dot_product_attention_backward";
-  const Geometry g = check_inputs(op, q, k, v, causal, scale);
+void run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                 const Tensor& lse, bool causal, double scale) {
+  EMBER_DISPATCH_KERNEL(q.device(), attention_fwd_kernel, as_operand(q), as_operand(k),
+                        as_operand(v), as_operand(out), lse, causal, scale);
+}
+
+// Checks the backward's extra inputs and runs the kernel into dq, dk, dv (allocated by the
+// caller, possibly views of one buffer), zero-filling them when no query sees any key.
+void run_backward(const char* op, const Geometry& g, const Tensor& grad, const Tensor& q,
+                  const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                  const Tensor& dq, const Tensor& dk, const Tensor& dv, bool causal) {
   detail::check_defined(op, grad, "gradient");
   detail::check_defined(op, out, "output");
   detail::check_defined(op, lse, "logsumexp");
@@ -86,22 +101,112 @@ AttentionBackward scaled_dot_product_attention_backward(const Tensor& grad, cons
   EMBER_CHECK(lse.sizes() == lse_shape && lse.dtype() == stats_dtype(q.dtype()), ShapeError,
               "[", op, "] logsumexp must be ", lse_shape, " in ", stats_dtype(q.dtype()),
               ", got ", lse.sizes(), " in ", lse.dtype());
+  if (g.B * g.H == 0) return;
+  if (g.Tq == 0 || g.Tk == 0) {  // no query sees any key: every gradient is a sum of nothing
+    if (dk.numel() > 0) fill_(dk, 0);
+    if (dv.numel() > 0) fill_(dv, 0);
+    if (dq.numel() > 0) fill_(dq, 0);
+    return;
+  }
+  const Tensor gr = grad.dtype() == q.dtype() ? grad : to(grad, grad.device(), q.dtype());
+  EMBER_DISPATCH_KERNEL(q.device(), attention_bwd_kernel, as_operand(gr), as_operand(q),
+                        as_operand(k), as_operand(v), as_operand(out), contiguous(lse),
+                        as_operand(dq), as_operand(dk), as_operand(dv), causal, g.scale);
+}
+
+// ---- the packed [B, T, 3C] layout
+
+void check_packed(const char* op, const Tensor& qkv, int64_t n_head) {
+  detail::check_defined(op, qkv, "qkv");
+  EMBER_CHECK(qkv.dim() == 3, ShapeError, "[", op, "] expects qkv [B, T, 3 * C], got shape ",
+              qkv.sizes());
+  EMBER_CHECK(n_head >= 1, ValueError, "[", op, "] n_head must be >= 1, got ", n_head);
+  EMBER_CHECK(qkv.sizes()[2] > 0 && qkv.sizes()[2] % (3 * n_head) == 0, ShapeError, "[", op,
+              "] the last dim of qkv ", qkv.sizes(), " must be a positive multiple of 3 * n_head = ",
+              3 * n_head);
+}
+
+// `x` [B, T, n * C] with a unit-stride last dim: part `part` of the n, C = H * D, as the
+// [B, H, T, D] view x[b, t, part * C + h * D + d] (no copy).
+Tensor head_view(const Tensor& x, int64_t H, int64_t n, int64_t part) {
+  const int64_t B = x.sizes()[0], T = x.sizes()[1], C = x.sizes()[2] / n, D = C / H;
+  return detail::make_view(x, {B, H, T, D}, {x.strides()[0], D, x.strides()[1], 1},
+                           x.storage_offset() + part * C);
+}
+
+// `x` (3-D) with a unit-stride last dim: itself, else a contiguous copy.
+Tensor unit_last(const Tensor& x) {
+  return x.sizes()[2] <= 1 || x.strides()[2] == 1 ? x : contiguous(x);
+}
+
+}  // namespace
+
+AttentionForward scaled_dot_product_attention_forward(const Tensor& q, const Tensor& k,
+                                                      const Tensor& v, bool causal,
+                                                      std::optional<double> scale) {
+  const char* op = "scaled_dot_product_attention";
+  const Geometry g = check_inputs(op, q, k, v, causal, scale);
+  AttentionForward f;
+  f.out = detail::make_tensor(q.sizes(), q.dtype(), q.device());
+  f.lse = detail::make_tensor({g.B, g.H, g.Tq}, stats_dtype(q.dtype()), q.device());
+  if (f.out.numel() == 0) return f;
+  run_forward(q, k, v, f.out, f.lse, causal, g.scale);
+  return f;
+}
+
+AttentionBackward scaled_dot_product_attention_backward(const Tensor& grad, const Tensor& q,
+                                                        const Tensor& k, const Tensor& v,
+                                                        const Tensor& out, const Tensor& lse,
+                                                        bool causal, std::optional<double> scale) {
+  const char* op = "scaled_dot_product_attention_backward";
+  const Geometry g = check_inputs(op, q, k, v, causal, scale);
   AttentionBackward b;
   b.dq = detail::make_tensor(q.sizes(), q.dtype(), q.device());
   b.dk = detail::make_tensor(k.sizes(), k.dtype(), k.device());
   b.dv = detail::make_tensor(v.sizes(), v.dtype(), v.device());
-  if (g.B * g.H == 0) return b;
-  if (g.Tq == 0 || g.Tk == 0) {  // no query sees any key: every gradient is a sum of nothing
-    if (b.dk.numel() > 0) fill_(b.dk, 0);
-    if (b.dv.numel() > 0) fill_(b.dv, 0);
-    if (b.dq.numel() > 0) fill_(b.dq, 0);
-    return b;
-  }
-  const Tensor gr = grad.dtype() == q.dtype() ? grad : to(grad, grad.device(), q.dtype());
-  EMBER_DISPATCH_KERNEL(q.device(), attention_bwd_kernel, contiguous(gr), contiguous(q),
-                        contiguous(k), contiguous(v), contiguous(out), contiguous(lse), b.dq,
-                        b.dk, b.dv, causal, g.scale);
+  run_backward(op, g, grad, q, k, v, out, lse, b.dq, b.dk, b.dv, causal);
   return b;
+}
+
+AttentionForward scaled_dot_product_attention_packed_forward(const Tensor& qkv, int64_t n_head,
+                                                             bool causal,
+                                                             std::optional<double> scale) {
+  const char* op = "scaled_dot_product_attention_packed";
+  check_packed(op, qkv, n_head);
+  const Tensor x = unit_last(qkv);
+  const Tensor q = head_view(x, n_head, 3, 0), k = head_view(x, n_head, 3, 1),
+               v = head_view(x, n_head, 3, 2);
+  const Geometry g = check_inputs(op, q, k, v, causal, scale);
+  AttentionForward f;
+  // y [B, T, C], written by the kernel through its [B, H, T, D] view.
+  f.out = detail::make_tensor({g.B, g.Tq, g.H * g.D}, qkv.dtype(), qkv.device());
+  f.lse = detail::make_tensor({g.B, g.H, g.Tq}, stats_dtype(qkv.dtype()), qkv.device());
+  if (f.out.numel() == 0) return f;
+  run_forward(q, k, v, head_view(f.out, n_head, 1, 0), f.lse, causal, g.scale);
+  return f;
+}
+
+Tensor scaled_dot_product_attention_packed_backward(const Tensor& grad, const Tensor& qkv,
+                                                   const Tensor& out, const Tensor& lse,
+                                                   int64_t n_head, bool causal,
+                                                   std::optional<double> scale) {
+  const char* op = "scaled_dot_product_attention_packed_backward";
+  check_packed(op, qkv, n_head);
+  detail::check_defined(op, grad, "gradient");
+  detail::check_defined(op, out, "output");
+  const Shape y_shape{qkv.sizes()[0], qkv.sizes()[1], qkv.sizes()[2] / 3};
+  EMBER_CHECK(grad.sizes() == y_shape && out.sizes() == y_shape, ShapeError, "[", op,
+              "] gradient ", grad.sizes(), " and output ", out.sizes(), " must be ", y_shape);
+  const Tensor x = unit_last(qkv);
+  const Tensor q = head_view(x, n_head, 3, 0), k = head_view(x, n_head, 3, 1),
+               v = head_view(x, n_head, 3, 2);
+  const Geometry g = check_inputs(op, q, k, v, causal, scale);
+  Tensor dqkv = detail::make_tensor(qkv.sizes(), qkv.dtype(), qkv.device());
+  if (dqkv.numel() == 0) return dqkv;
+  run_backward(op, g, head_view(unit_last(grad), n_head, 1, 0), q, k, v,
+               head_view(unit_last(out), n_head, 1, 0), lse, head_view(dqkv, n_head, 3, 0),
+               head_view(dqkv, n_head, 3, 1), head_view(dqkv, n_head, 3, 2), causal);
+  return dqkv;
 }
 
 }  // namespace ember::ops

@@ -347,3 +347,200 @@ TEST(Attention, DISABLED_AttentionSpeedVsComposite) {
               "fwd+bwd fused %.2f ms composite %.2f ms (x%.2f)\n",
               fused_f * 1e3, comp_f * 1e3, comp_f / fused_f, fused_fb * 1e3, comp_fb * 1e3, comp_fb / fused_fb);
 }
+
+// ---- strided operands (Note [attention strided operands]) and the packed [B, T, 3C] op ----
+
+namespace {
+
+// Forward and backward of the same op on strided views and on contiguous copies of them.
+struct FwdBwd {
+  ops::AttentionForward f;
+  ops::AttentionBackward b;
+};
+FwdBwd run_both(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, bool causal) {
+  FwdBwd r;
+  r.f = ops::scaled_dot_product_attention_forward(q, k, v, causal);
+  r.b = ops::scaled_dot_product_attention_backward(g, q, k, v, r.f.out, r.f.lse, causal);
+  return r;
+}
+
+// Splits qkv [B, T, 3C] into heads as GPT's composite does: [B, H, T, D] each, contiguous.
+TensorList split_heads(const Tensor& qkv, int64_t H) {
+  const int64_t B = qkv.sizes()[0], T = qkv.sizes()[1], C = qkv.sizes()[2] / 3;
+  Tensor x = qkv.contiguous().view({B, T, 3, H, C / H});
+  return {x.select(2, 0).transpose(1, 2).contiguous(), x.select(2, 1).transpose(1, 2).contiguous(),
+          x.select(2, 2).transpose(1, 2).contiguous()};
+}
+// [B, H, T, D] -> [B, T, H * D].
+Tensor merge_heads(const Tensor& y) {
+  return y.transpose(1, 2).contiguous().view({y.sizes()[0], y.sizes()[2], y.sizes()[1] * y.sizes()[3]});
+}
+// The layouts a packed qkv [B, T, W] may come in: contiguous; a slice of a wider row (row
+// stride W + 5, storage offset 2: nothing aligned); a transposed buffer whose last dim is not
+// unit-stride (the front copies it).
+Tensor packed_layout(const Tensor& x, int layout) {
+  const int64_t B = x.sizes()[0], T = x.sizes()[1], W = x.sizes()[2];
+  if (layout == 0) return x.contiguous();
+  if (layout == 1) {
+    Tensor wide = zeros({B, T, W + 5}, TensorOptions(x.dtype()).device(x.device()));
+    wide.narrow(2, 2, W).copy_(x);
+    return wide.narrow(2, 2, W);
+  }
+  return x.transpose(1, 2).contiguous().transpose(1, 2);
+}
+
+}  // namespace
+
+// q, k, v and the output gradient as views a model produces (transposed out of [B, T, H, D],
+// sliced in T and in a padded D, broadcast over heads by expand, permuted from [T, B, H, D],
+// and a gradient whose last dim is not unit-stride): the forward and the gradients equal those
+// of contiguous copies. The kernels read the views in place, so this fails if a driver
+// ignores any stride. f64 and f32 (read in place) and bf16 (gathered to f32 through strides).
+TEST(Attention, StridedOperandsMatchContiguousCopies) {
+  const int64_t B = 2, H = 3, T = 37, D = 16;
+  for (DType dt : {DType::f64, DType::f32, DType::bf16}) {
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(str(dtype_name(dt), causal ? " causal" : ""));
+      Generator gen(21);
+      Tensor q = randn({B, T + 3, H, D + 5}, DType::f64, &gen).to(dt).narrow(1, 1, T).narrow(3, 2, D).transpose(1, 2);
+      Tensor k = randn({B, 1, T, D}, DType::f64, &gen).to(dt).expand({B, H, T, D});
+      Tensor v = randn({T, B, H, D}, DType::f64, &gen).to(dt).permute({1, 2, 0, 3});
+      Tensor g = randn({B, T, H, D + 2}, DType::f64, &gen).to(dt).narrow(3, 0, D).transpose(1, 2);
+      Tensor gt = randn({B, H, D, T}, DType::f64, &gen).to(dt).transpose(2, 3);  // stride(3) = T
+      ASSERT_EQ(q.strides()[3], 1);
+      ASSERT_EQ(k.strides()[1], 0);
+      ASSERT_FALSE(q.is_contiguous() || v.is_contiguous() || g.is_contiguous());
+      const double tol = dt == DType::f64 ? 1e-13 : dt == DType::f32 ? 1e-6 : 0.0;
+      for (const Tensor& grad : {g, gt}) {
+        FwdBwd s = run_both(q, k, v, grad, causal);
+        FwdBwd c = run_both(q.contiguous(), k.contiguous(), v.contiguous(), grad.contiguous(), causal);
+        EXPECT_TRUE(test::all_close(s.f.out, c.f.out, tol, tol));
+        EXPECT_TRUE(test::all_close(s.f.lse, c.f.lse, tol, tol));
+        EXPECT_TRUE(test::all_close(s.b.dq, c.b.dq, tol, tol));
+        EXPECT_TRUE(test::all_close(s.b.dk, c.b.dk, tol, tol));
+        EXPECT_TRUE(test::all_close(s.b.dv, c.b.dv, tol, tol));
+      }
+    }
+  }
+}
+
+// The packed op against the f64 composite it replaces (split heads, matmul + mask + softmax +
+// matmul, merge heads; dqkv from autograd through select, transpose and contiguous), for
+// every qkv layout and a gradient sliced out of a wider buffer.
+TEST(Attention, PackedMatchesComposite) {
+  struct PCase {
+    int64_t B, T, H, D;
+    bool causal;
+  };
+  for (const PCase& c : {PCase{2, 37, 3, 16, true}, PCase{2, 37, 3, 16, false}, PCase{1, 70, 2, 64, true},
+                         PCase{1, 1, 1, 8, true}, PCase{2, 65, 2, 24, false}}) {
+    for (int layout : {0, 1, 2}) {
+      SCOPED_TRACE(str("B", c.B, " T", c.T, " H", c.H, " D", c.D, c.causal ? " causal" : "", " layout ", layout));
+      const int64_t C = c.H * c.D;
+      Generator gen(22);
+      Tensor x = randn({c.B, c.T, 3 * C}, DType::f64, &gen);
+      Tensor gwide = randn({c.B, c.T, C + 3}, DType::f64, &gen);
+      Tensor g = gwide.narrow(2, 1, C);  // row stride C + 3
+      Tensor qkv = packed_layout(x, layout);
+      const double scale = 1.0 / std::sqrt(double(c.D));
+
+      ops::AttentionForward f = ops::scaled_dot_product_attention_packed_forward(qkv, c.H, c.causal);
+      ASSERT_EQ(f.out.sizes(), (Shape{c.B, c.T, C}));
+      EXPECT_TRUE(f.out.is_contiguous());
+      EXPECT_EQ(f.lse.sizes(), (Shape{c.B, c.H, c.T}));
+      Tensor dqkv = ops::scaled_dot_product_attention_packed_backward(g, qkv, f.out, f.lse, c.H, c.causal);
+      ASSERT_EQ(dqkv.sizes(), x.sizes());
+      EXPECT_TRUE(dqkv.is_contiguous());
+
+      Tensor xl = x.clone().requires_grad_(true);
+      TensorList h = split_heads(xl, c.H);
+      Tensor y = merge_heads(composite(h[0], h[1], h[2], c.causal, scale));
+      y.backward(g.contiguous());
+      EXPECT_TRUE(test::all_close(f.out, y.detach(), 1e-11, 1e-12));
+      EXPECT_TRUE(test::all_close(f.lse, composite_lse(h[0].detach(), h[1].detach(), c.causal, scale), 1e-11, 1e-12));
+      EXPECT_TRUE(test::all_close(dqkv, xl.grad(), 1e-10, 1e-11));
+    }
+  }
+}
+
+TEST(Attention, PackedBadInputs) {
+  auto msg = [](auto f) { return test::message_of<Error>(f); };
+  Tensor x = randn({2, 5, 24}, DType::f32);
+  EXPECT_NE(msg([&] { ops::scaled_dot_product_attention_packed_forward(x, 5, true); })
+                .find("[scaled_dot_product_attention_packed] the last dim of qkv"), std::string::npos);
+  EXPECT_NE(msg([&] { ops::scaled_dot_product_attention_packed_forward(x.view({10, 24}), 2, true); })
+                .find("expects qkv [B, T, 3 * C]"), std::string::npos);
+  EXPECT_THROW(ops::scaled_dot_product_attention_packed_forward(x, 0, true), ValueError);
+  ops::AttentionForward f = ops::scaled_dot_product_attention_packed_forward(x, 2, true);
+  EXPECT_NE(msg([&] { ops::scaled_dot_product_attention_packed_backward(f.out.narrow(1, 0, 4), x, f.out, f.lse, 2, true); })
+                .find("[scaled_dot_product_attention_packed_backward] gradient"), std::string::npos);
+  // No tokens: empty results, no kernel.
+  Tensor e = randn({2, 0, 24}, DType::f32);
+  ops::AttentionForward fe = ops::scaled_dot_product_attention_packed_forward(e, 2, true);
+  EXPECT_EQ(fe.out.sizes(), (Shape{2, 0, 8}));
+  EXPECT_EQ(ops::scaled_dot_product_attention_packed_backward(fe.out, e, fe.out, fe.lse, 2, true).sizes(), e.sizes());
+}
+
+// CUDA packed op against the f64 CPU op from the same rounded inputs (the CPU op equals the
+// composite above): bf16 and f32, T not a multiple of 64, D = 64, 128 and 32, causal and not;
+// qkv contiguous (aligned: the tensor-core paths) and sliced out of rows of odd pitch at an odd
+// offset (no 16-byte alignment: the generic kernels through their strides).
+TEST(AttentionCuda, PackedMatchesCpu) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  struct PCase {
+    int64_t B, T, H, D;
+    bool causal;
+  };
+  for (DType dt : {DType::bf16, DType::f32}) {
+    for (const PCase& c : {PCase{2, 100, 3, 64, true}, PCase{1, 257, 2, 128, false}, PCase{2, 77, 4, 32, true},
+                           PCase{1, 130, 2, 64, false}, PCase{1, 200, 2, 128, true}}) {
+      for (int layout : {0, 1}) {
+        SCOPED_TRACE(str(dtype_name(dt), " B", c.B, " T", c.T, " H", c.H, " D", c.D, c.causal ? " causal" : "",
+                         " layout ", layout));
+        const int64_t C = c.H * c.D;
+        Generator gen(23);
+        Tensor x = randn({c.B, c.T, 3 * C}, DType::f64, &gen).to(dt);
+        Tensor g = randn({c.B, c.T, C}, DType::f64, &gen).to(dt);
+        Tensor x64 = x.to(DType::f64), g64 = g.to(DType::f64);
+        ops::AttentionForward rf = ops::scaled_dot_product_attention_packed_forward(x64, c.H, c.causal);
+        Tensor rd = ops::scaled_dot_product_attention_packed_backward(g64, x64, rf.out, rf.lse, c.H, c.causal);
+        Tensor xg = packed_layout(x.to(gpu), layout);
+        ASSERT_TRUE(xg.device().is_cuda());
+        ops::AttentionForward gf = ops::scaled_dot_product_attention_packed_forward(xg, c.H, c.causal);
+        EXPECT_EQ(gf.out.dtype(), dt);
+        const double budget = attention_budget(dt, std::max(c.T, c.D));
+        EXPECT_TRUE(within_budget(gf.out, rf.out, budget)) << "y";
+        EXPECT_TRUE(within_budget(gf.lse, rf.lse, budget)) << "lse";
+        Tensor gd = ops::scaled_dot_product_attention_packed_backward(g.to(gpu), xg, gf.out, gf.lse, c.H, c.causal);
+        const double bwd = budget + (dt == DType::f32 ? 0.0 : unit_roundoff(dt));
+        EXPECT_TRUE(within_budget(gd, rd, bwd, std::sqrt(double(c.D)))) << "dqkv";
+      }
+    }
+  }
+}
+
+// Strided q, k, v, grad on the GPU (the views of the CPU test above, D = 64 so that the
+// aligned ones may take the tensor-core paths) equal the same op on contiguous copies.
+TEST(AttentionCuda, StridedOperandsMatchContiguousCopies) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  const int64_t B = 2, H = 3, T = 77, D = 64;
+  for (DType dt : {DType::bf16, DType::f32}) {
+    for (int64_t pad : {0, 8, 5}) {  // row pitches D, D + 8 (aligned) and D + 5 (not)
+      SCOPED_TRACE(str(dtype_name(dt), " pad ", pad));
+      Generator gen(24);
+      Tensor q = randn({B, T, H, D + pad}, DType::f64, &gen).to(gpu, dt).narrow(3, 0, D).transpose(1, 2);
+      Tensor k = randn({B, 1, T, D}, DType::f64, &gen).to(gpu, dt).expand({B, H, T, D});
+      Tensor v = randn({T, B, H, D}, DType::f64, &gen).to(gpu, dt).permute({1, 2, 0, 3});
+      Tensor g = randn({B, T, H, D + pad}, DType::f64, &gen).to(gpu, dt).narrow(3, 0, D).transpose(1, 2);
+      FwdBwd s = run_both(q, k, v, g, true);
+      FwdBwd c = run_both(q.contiguous(), k.contiguous(), v.contiguous(), g.contiguous(), true);
+      const double budget = attention_budget(dt, T);
+      EXPECT_TRUE(within_budget(s.f.out, c.f.out, budget)) << "out";
+      EXPECT_TRUE(within_budget(s.b.dq, c.b.dq, 2 * budget)) << "dq";
+      EXPECT_TRUE(within_budget(s.b.dk, c.b.dk, 2 * budget)) << "dk";
+      EXPECT_TRUE(within_budget(s.b.dv, c.b.dv, 2 * budget)) << "dv";
+    }
+  }
+}

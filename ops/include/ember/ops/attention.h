@@ -13,7 +13,9 @@
 //
 // Precision: 16-bit inputs are computed in f32 and rounded once on store; f32 and f64 in
 // their own type. The logsumexp is in the stats dtype (f64 for f64 inputs, else f32).
-// Inputs of any strides are accepted (copied contiguous first); outputs are contiguous.
+// Inputs of any strides are accepted: the kernels read views whose last dim has stride 1 in
+// place (Note [attention strided operands] in ops/kernels/attention.h) and copy only the
+// others. Outputs are contiguous.
 #pragma once
 
 #include <optional>
@@ -42,5 +44,22 @@ AttentionBackward scaled_dot_product_attention_backward(const Tensor& grad, cons
                                                         const Tensor& out, const Tensor& lse,
                                                         bool causal,
                                                         std::optional<double> scale = std::nullopt);
+
+// Attention over GPT's packed projection qkv [B, T, 3C], C = n_head * D: per token the q,
+// then the k, then the v of every head, head h at columns h*D .. h*D+D-1 of each third (the
+// row-major output of a Linear(C, 3C)). q, k, v are read as strided views of qkv (no copy;
+// qkv itself is copied only when its last dim is not unit-stride). Returns out as y
+// [B, T, C], contiguous, y[b, t, h*D + d] (what the output projection reads), and lse
+// [B, n_head, T]. Equal to splitting the heads, scaled_dot_product_attention_forward, and
+// merging them. Throws ShapeError when qkv is not 3-D or its last dim is not a positive
+// multiple of 3 * n_head.
+AttentionForward scaled_dot_product_attention_packed_forward(
+    const Tensor& qkv, int64_t n_head, bool causal, std::optional<double> scale = std::nullopt);
+// dqkv [B, T, 3C] (contiguous, qkv's dtype) from the gradient of y `grad` [B, T, C] and the
+// forward's y and lse: dq, dk and dv are written straight into their thirds of one buffer.
+Tensor scaled_dot_product_attention_packed_backward(const Tensor& grad, const Tensor& qkv,
+                                                   const Tensor& out, const Tensor& lse,
+                                                   int64_t n_head, bool causal,
+                                                   std::optional<double> scale = std::nullopt);
 
 }  // namespace ember::ops

@@ -1,0 +1,328 @@
+// The tensor-core FlashAttention-2 kernels (ops/cuda/flash_attention.cu) through the public
+// attention fronts: f16/bf16 with D = 64 or 128 on CUDA take them (strided views included);
+// every result is compared with the CPU composite in f64 on the same rounded values, and the
+// profiler range the path opens ("flash_attention_fwd" / "_bwd") proves it ran: the generic
+// kernels it falls back to give the same values, so values alone could not tell.
+// GPU-only: every test skips without a CUDA device.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ember/ops/attention.h>
+#include <ember/profiler.h>
+
+#include "support/test_support.h"
+
+using namespace ember;
+
+namespace {
+
+double unit_roundoff_of(DType dt) {
+  return dt == DType::f16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+}
+
+// The error budget of one output relative to its scale (as tests/ops/test_attention.cpp):
+// 3u for the 16-bit rounding of the result and of the tensor-core operands P and dS, plus
+// 8 sqrt(n) f32 roundoffs for the f32 accumulation over n terms in another order.
+double budget_of(DType dt, int64_t n) {
+  return 3 * unit_roundoff_of(dt) + 8 * std::sqrt(double(n)) * std::ldexp(1.0, -24);
+}
+
+// ||got - ref|| <= budget ||ref|| and, element by element, |got_i - ref_i| <= 4 budget
+// (|ref_i| + rms(ref)); an all-zero reference allows |got_i| <= budget * zero_scale.
+::testing::AssertionResult near(const Tensor& got, const Tensor& ref, double budget,
+                                double zero_scale = 0) {
+  if (got.sizes() != ref.sizes())
+    return ::testing::AssertionFailure() << "shape " << str(got.sizes()) << " vs " << str(ref.sizes());
+  const std::vector<double> g = got.to(Device::cpu(), DType::f64).contiguous().to_vector<double>();
+  const std::vector<double> r = ref.to(Device::cpu(), DType::f64).contiguous().to_vector<double>();
+  double err2 = 0, ref2 = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (!std::isfinite(g[i])) return ::testing::AssertionFailure() << "element " << i << " is " << g[i];
+    err2 += (g[i] - r[i]) * (g[i] - r[i]);
+    ref2 += r[i] * r[i];
+  }
+  if (ref2 == 0) {
+    for (size_t i = 0; i < g.size(); ++i)
+      if (!(std::fabs(g[i]) <= budget * zero_scale))
+        return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " where 0 is expected";
+    return ::testing::AssertionSuccess();
+  }
+  const double rms = std::sqrt(ref2 / double(r.size()));
+  if (!(std::sqrt(err2) <= budget * std::sqrt(ref2)))
+    return ::testing::AssertionFailure() << "relative error in norm " << std::sqrt(err2) / std::sqrt(ref2)
+                                         << " > budget " << budget;
+  for (size_t i = 0; i < r.size(); ++i)
+    if (!(std::fabs(g[i] - r[i]) <= 4 * budget * (std::fabs(r[i]) + rms)))
+      return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs " << r[i];
+  return ::testing::AssertionSuccess();
+}
+
+// lse is computed in f32 from the exact products of the rounded inputs (no 16-bit rounding
+// of its own), so its budget is f32-sized: an lse off by a small constant (a wrong log base or
+// scale folded in twice) is caught here, not only through the backward.
+double lse_budget_of(int64_t n) {
+  return std::ldexp(1.0, -14) + 8 * std::sqrt(double(n)) * std::ldexp(1.0, -24);
+}
+
+// How many times the tensor-core path opened its profiler range ("flash_attention_fwd" or
+// "flash_attention_bwd") while `run` ran.
+template <class F>
+std::pair<int64_t, int64_t> flash_runs(F&& run) {
+  profiler::Profiler prof({.with_cuda = false});
+  prof.start();
+  run();
+  prof.stop();
+  int64_t fwd = 0, bwd = 0;
+  for (const profiler::Event& e : prof.events()) {
+    fwd += e.name == "flash_attention_fwd";
+    bwd += e.name == "flash_attention_bwd";
+  }
+  return {fwd, bwd};
+}
+
+struct Shape4 {
+  int64_t B, H, Tq, Tk, D;
+  bool causal;
+};
+
+std::string name_of(DType dt, const Shape4& c) {
+  return str(dtype_name(dt), " B", c.B, " H", c.H, " Tq", c.Tq, " Tk", c.Tk, " D", c.D,
+             c.causal ? " causal" : "");
+}
+
+// q, k, v, g on the GPU as `dt` (whatever their strides), their rounded values in f64 on
+// the CPU (contiguous) for the reference; checks out, lse, dq, dk, dv, and that the
+// tensor-core kernels (not the generic fallback) ran, unless `expect_flash` is false.
+void check_against_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                       bool causal, bool expect_flash = true) {
+  const DType dt = q.dtype();
+  const int64_t Tq = q.sizes()[2], Tk = k.sizes()[2], D = q.sizes()[3];
+  const Tensor q64 = q.to(Device::cpu(), DType::f64), k64 = k.to(Device::cpu(), DType::f64);
+  const Tensor v64 = v.to(Device::cpu(), DType::f64), g64 = g.to(Device::cpu(), DType::f64);
+  const ops::AttentionForward rf = ops::scaled_dot_product_attention_forward(q64, k64, v64, causal);
+  const ops::AttentionBackward rb =
+      ops::scaled_dot_product_attention_backward(g64, q64, k64, v64, rf.out, rf.lse, causal);
+
+  ops::AttentionForward gf;
+  ops::AttentionBackward gb;
+  const auto [fwd_runs, bwd_runs] = flash_runs([&] {
+    gf = ops::scaled_dot_product_attention_forward(q, k, v, causal);
+    gb = ops::scaled_dot_product_attention_backward(g, q, k, v, gf.out, gf.lse, causal);
+  });
+  EXPECT_EQ(fwd_runs, expect_flash ? 1 : 0) << "tensor-core forward runs";
+  EXPECT_EQ(bwd_runs, expect_flash ? 1 : 0) << "tensor-core backward runs";
+  ASSERT_EQ(gf.out.dtype(), dt);
+  const double budget = budget_of(dt, std::max({Tq, Tk, D}));
+  EXPECT_TRUE(near(gf.out, rf.out, budget)) << "out";
+  EXPECT_TRUE(near(gf.lse, rf.lse, lse_budget_of(std::max({Tq, Tk, D})))) << "lse";
+  // Delta = rowsum(dO * O) reads the rounded forward output: one more rounding.
+  const double bwd = budget + unit_roundoff_of(dt);
+  // A query that sees one key has dq = 0 and gives dk = 0: dP - Delta cancels terms of about
+  // sqrt(D) (unit-normal inputs).
+  const double zero_scale = std::sqrt(double(D));
+  EXPECT_TRUE(near(gb.dq, rb.dq, bwd, zero_scale)) << "dq";
+  EXPECT_TRUE(near(gb.dk, rb.dk, bwd, zero_scale)) << "dk";
+  EXPECT_TRUE(near(gb.dv, rb.dv, bwd)) << "dv";
+}
+
+Tensor randn_on(const Shape& sizes, DType dt, Generator& gen) {
+  return randn(sizes, DType::f64, &gen).to(Device::cuda(0), dt);
+}
+
+}  // namespace
+
+// Contiguous operands: both dtypes, both head dims, causal and not, sequence lengths around
+// the 64-row tiles (1, 17, 64, 100, 1024) and Tq != Tk (the causal diagonal shifted by
+// Tk - Tq, partial tiles on both sides).
+TEST(FlashAttentionCuda, MatchesCpuContiguous) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  const Shape4 shapes[] = {{2, 3, 1, 1, 0, false},     {2, 3, 17, 17, 0, false},
+                           {2, 3, 64, 64, 0, false},   {1, 3, 100, 100, 0, false},
+                           {1, 2, 17, 100, 0, false},  {1, 2, 1, 64, 0, false},
+                           {1, 2, 100, 17, 0, false},  {1, 1, 1024, 1024, 0, false},
+                           {1, 1, 100, 1024, 0, false}};
+  Generator gen(19);
+  for (DType dt : {DType::bf16, DType::f16})
+    for (int64_t D : {64, 128})
+      for (bool causal : {false, true})
+        for (Shape4 c : shapes) {
+          c.D = D;
+          c.causal = causal;
+          if (causal && c.Tq > c.Tk) continue;
+          SCOPED_TRACE(name_of(dt, c));
+          const Tensor q = randn_on({c.B, c.H, c.Tq, D}, dt, gen);
+          const Tensor k = randn_on({c.B, c.H, c.Tk, D}, dt, gen);
+          const Tensor v = randn_on({c.B, c.H, c.Tk, D}, dt, gen);
+          const Tensor g = randn_on({c.B, c.H, c.Tq, D}, dt, gen);
+          check_against_cpu(q, k, v, g, causal);
+        }
+}
+
+// q, k, v as interleaved strided views of one [B, T, 3, H, D] buffer (GPT's packed
+// projection: the stride over T is 3 H D, over heads D), with B * H = 48 heads.
+TEST(FlashAttentionCuda, MatchesCpuOnPackedStridedViews) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  Generator gen(20);
+  for (DType dt : {DType::bf16, DType::f16})
+    for (int64_t D : {64, 128})
+      for (int64_t T : {17, 100, 1024})
+        for (bool causal : {false, true}) {
+          const int64_t B = T == 1024 ? 1 : 4, H = T == 1024 ? 3 : 12;
+          SCOPED_TRACE(str(dtype_name(dt), " packed B", B, " H", H, " T", T, " D", D,
+                           causal ? " causal" : ""));
+          const Tensor qkv = randn_on({B, T, 3, H, D}, dt, gen);
+          const Tensor q = qkv.select(2, 0).permute({0, 2, 1, 3});
+          const Tensor k = qkv.select(2, 1).permute({0, 2, 1, 3});
+          const Tensor v = qkv.select(2, 2).permute({0, 2, 1, 3});
+          ASSERT_EQ(q.stride(2), 3 * H * D);
+          ASSERT_FALSE(q.is_contiguous());
+          const Tensor g = randn_on({B, H, T, D}, dt, gen);
+          check_against_cpu(q, k, v, g, causal);
+        }
+}
+
+// The packed front (what GPT calls): dq, dk, dv are written into their thirds of one
+// [B, T, 3C] buffer; equal to the CPU packed op on the same rounded values.
+TEST(FlashAttentionCuda, PackedFrontMatchesCpu) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  Generator gen(21);
+  const int64_t B = 2, T = 100, H = 12, D = 64, C = H * D;
+  for (DType dt : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor qkv = randn_on({B, T, 3 * C}, dt, gen);
+    const Tensor gy = randn_on({B, T, C}, dt, gen);
+    const Tensor qkv64 = qkv.to(Device::cpu(), DType::f64), gy64 = gy.to(Device::cpu(), DType::f64);
+    const ops::AttentionForward rf = ops::scaled_dot_product_attention_packed_forward(qkv64, H, true);
+    const Tensor rd = ops::scaled_dot_product_attention_packed_backward(gy64, qkv64, rf.out, rf.lse, H, true);
+    ops::AttentionForward gf;
+    Tensor gd;
+    const auto runs = flash_runs([&] {
+      gf = ops::scaled_dot_product_attention_packed_forward(qkv, H, true);
+      gd = ops::scaled_dot_product_attention_packed_backward(gy, qkv, gf.out, gf.lse, H, true);
+    });
+    EXPECT_EQ(runs, std::make_pair(int64_t(1), int64_t(1))) << "tensor-core forward, backward runs";
+    const double budget = budget_of(dt, T);
+    EXPECT_TRUE(near(gf.out, rf.out, budget)) << "y";
+    EXPECT_TRUE(near(gf.lse, rf.lse, lse_budget_of(T))) << "lse";
+    EXPECT_TRUE(near(gd, rd, budget + unit_roundoff_of(dt), std::sqrt(double(D)))) << "dqkv";
+  }
+}
+
+// k and v broadcast over heads by expand() (stride(1) == 0, one K/V head shared by all query
+// heads) and q broadcast over batch (stride(0) == 0): inputs may overlap themselves.
+TEST(FlashAttentionCuda, MatchesCpuOnBroadcastViews) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  Generator gen(24);
+  for (int64_t D : {64, 128})
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(str("broadcast D", D, causal ? " causal" : ""));
+      const int64_t B = 2, H = 3, Tq = 70, Tk = 100;
+      const Tensor q = randn_on({1, H, Tq, D}, DType::bf16, gen).expand({B, H, Tq, D});
+      const Tensor k = randn_on({B, 1, Tk, D}, DType::bf16, gen).expand({B, H, Tk, D});
+      const Tensor v = randn_on({B, 1, Tk, D}, DType::bf16, gen).expand({B, H, Tk, D});
+      ASSERT_EQ(q.stride(0), 0);
+      ASSERT_EQ(k.stride(1), 0);
+      const Tensor g = randn_on({B, H, Tq, D}, DType::bf16, gen);
+      check_against_cpu(q, k, v, g, causal);
+    }
+}
+
+// Cases the tensor-core kernels decline (so the probe above is not unconditional): f32, a
+// head dim other than 64 / 128, a row stride that is not a multiple of 8 elements, a data
+// pointer off a 16-byte boundary. The generic kernels run them, with the same values.
+TEST(FlashAttentionCuda, DeclinedCasesRunGenericKernels) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  Generator gen(25);
+  const int64_t B = 1, H = 2, T = 70;
+  {
+    SCOPED_TRACE("f32");
+    const Tensor q = randn_on({B, H, T, 64}, DType::f32, gen), k = randn_on({B, H, T, 64}, DType::f32, gen);
+    const Tensor v = randn_on({B, H, T, 64}, DType::f32, gen), g = randn_on({B, H, T, 64}, DType::f32, gen);
+    check_against_cpu(q, k, v, g, true, false);
+  }
+  {
+    SCOPED_TRACE("D = 32");
+    const Tensor q = randn_on({B, H, T, 32}, DType::bf16, gen), k = randn_on({B, H, T, 32}, DType::bf16, gen);
+    const Tensor v = randn_on({B, H, T, 32}, DType::bf16, gen), g = randn_on({B, H, T, 32}, DType::bf16, gen);
+    check_against_cpu(q, k, v, g, true, false);
+  }
+  {
+    SCOPED_TRACE("row stride 68");
+    const Tensor q = randn_on({B, H, T, 68}, DType::bf16, gen).narrow(3, 0, 64);
+    const Tensor k = randn_on({B, H, T, 64}, DType::bf16, gen), v = randn_on({B, H, T, 64}, DType::bf16, gen);
+    const Tensor g = randn_on({B, H, T, 64}, DType::bf16, gen);
+    ASSERT_EQ(q.stride(2), 68);
+    check_against_cpu(q, k, v, g, false, false);
+  }
+  {
+    SCOPED_TRACE("data pointer 8 bytes off");
+    const Tensor q = randn_on({B, H, T, 64}, DType::bf16, gen);
+    const Tensor k = randn_on({B, H, T, 72}, DType::bf16, gen).narrow(3, 4, 64);
+    const Tensor v = randn_on({B, H, T, 64}, DType::bf16, gen), g = randn_on({B, H, T, 64}, DType::bf16, gen);
+    ASSERT_NE(reinterpret_cast<uintptr_t>(k.data_ptr()) % 16, 0u);
+    check_against_cpu(q, k, v, g, false, false);
+  }
+}
+
+// More heads than a grid's y or z dimension holds (B * H > 65535): every head is computed.
+TEST(FlashAttentionCuda, ManyHeads) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  Generator gen(22);
+  const Shape4 c{257, 256, 3, 5, 64, true};  // 65792 heads
+  const DType dt = DType::bf16;
+  const Tensor q = randn_on({c.B, c.H, c.Tq, c.D}, dt, gen);
+  const Tensor k = randn_on({c.B, c.H, c.Tk, c.D}, dt, gen);
+  const Tensor v = randn_on({c.B, c.H, c.Tk, c.D}, dt, gen);
+  const Tensor g = randn_on({c.B, c.H, c.Tq, c.D}, dt, gen);
+  // The reference in f32 (the f64 one would take gigabytes here); its error is far below
+  // the bf16 budget.
+  const Tensor q32 = q.to(Device::cpu(), DType::f32), k32 = k.to(Device::cpu(), DType::f32);
+  const Tensor v32 = v.to(Device::cpu(), DType::f32), g32 = g.to(Device::cpu(), DType::f32);
+  const ops::AttentionForward rf = ops::scaled_dot_product_attention_forward(q32, k32, v32, true);
+  const ops::AttentionBackward rb =
+      ops::scaled_dot_product_attention_backward(g32, q32, k32, v32, rf.out, rf.lse, true);
+  ops::AttentionForward gf;
+  ops::AttentionBackward gb;
+  const auto runs = flash_runs([&] {
+    gf = ops::scaled_dot_product_attention_forward(q, k, v, true);
+    gb = ops::scaled_dot_product_attention_backward(g, q, k, v, gf.out, gf.lse, true);
+  });
+  EXPECT_EQ(runs, std::make_pair(int64_t(1), int64_t(1))) << "tensor-core forward, backward runs";
+  const double budget = budget_of(dt, c.D);
+  EXPECT_TRUE(near(gf.out, rf.out, budget)) << "out";
+  EXPECT_TRUE(near(gf.lse, rf.lse, lse_budget_of(c.D))) << "lse";
+  const double zero_scale = std::sqrt(double(c.D));
+  EXPECT_TRUE(near(gb.dq, rb.dq, budget + unit_roundoff_of(dt), zero_scale)) << "dq";
+  EXPECT_TRUE(near(gb.dk, rb.dk, budget + unit_roundoff_of(dt), zero_scale)) << "dk";
+  EXPECT_TRUE(near(gb.dv, rb.dv, budget + unit_roundoff_of(dt))) << "dv";
+}
+
+// No atomics: two backward runs give bit-identical gradients (and two forwards identical
+// outputs), on a shape with many tiles per head.
+TEST(FlashAttentionCuda, DeterministicBackward) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  Generator gen(23);
+  for (int64_t D : {64, 128}) {
+    SCOPED_TRACE(str("D", D));
+    const Tensor q = randn_on({2, 4, 1024, D}, DType::bf16, gen);
+    const Tensor k = randn_on({2, 4, 1024, D}, DType::bf16, gen);
+    const Tensor v = randn_on({2, 4, 1024, D}, DType::bf16, gen);
+    const Tensor g = randn_on({2, 4, 1024, D}, DType::bf16, gen);
+    const ops::AttentionForward f1 = ops::scaled_dot_product_attention_forward(q, k, v, true);
+    const ops::AttentionForward f2 = ops::scaled_dot_product_attention_forward(q, k, v, true);
+    const ops::AttentionBackward b1 =
+        ops::scaled_dot_product_attention_backward(g, q, k, v, f1.out, f1.lse, true);
+    const ops::AttentionBackward b2 =
+        ops::scaled_dot_product_attention_backward(g, q, k, v, f1.out, f1.lse, true);
+    auto bits = [](const Tensor& t) { return t.to(Device::cpu(), DType::f32).to_vector<float>(); };
+    EXPECT_EQ(bits(f1.out), bits(f2.out));
+    EXPECT_EQ(bits(f1.lse), bits(f2.lse));
+    EXPECT_EQ(bits(b1.dq), bits(b2.dq));
+    EXPECT_EQ(bits(b1.dk), bits(b2.dk));
+    EXPECT_EQ(bits(b1.dv), bits(b2.dv));
+  }
+}
