@@ -26,8 +26,10 @@
 #include <algorithm>
 #include <vector>
 
+#include "ember/ops/functors.h"
 #include "kernels/elementwise.h"
 #include "kernels/linalg.h"
+#include "kernels/reduce.h"
 
 namespace ember::ops::cpu {
 
@@ -253,6 +255,127 @@ void gemm_bias_kernel(const Tensor& a, const Tensor& b, const Tensor& bias, cons
   const int64_t M = c.sizes()[0], N = c.sizes()[1];
   copy_kernel(c, detail::make_view(bias, {M, N}, {0, bias.strides()[0]}, bias.storage_offset()));
   gemm_kernel(a, b, c, true);
+}
+
+// ---- fused GEMM epilogues: the CPU twins of the cuBLASLt epilogues (ops/cuda/linalg.cu) ----
+// Each is the GEMM (f32 for 16-bit dtypes, rounded once on the way out) and one pass over its
+// output that does what the CUDA epilogue does, so the CPU reads the product once instead of
+// once per composite op. Outputs have a unit column stride (kernels/linalg.h).
+
+namespace {
+
+// Rows per partial sum of a bias gradient: a constant, so the order in which the partial
+// sums combine (and so the result) does not depend on the thread count.
+constexpr int64_t kSumChunkRows = 128;
+// Below this many elements a parallel region costs more than the pass.
+constexpr int64_t kParallelElems = int64_t(1) << 15;
+
+bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
+
+// a @ b in the compute type: into `out` itself for f32/f64, into a fresh f32 matrix for
+// 16-bit dtypes (the fused pass then rounds each element once).
+Tensor product_in_compute_type(const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (!is_half(out.dtype())) {
+    gemm_kernel(a, b, out, false);
+    return out;
+  }
+  Tensor acc = detail::make_tensor(out.sizes(), DType::f32, out.device());
+  gemm_kernel(to_f32_compact(a), to_f32_compact(b), acc, false);
+  return acc;
+}
+
+// out[j] = sum_i m[i, j] over a 2-D view, by the reduce family's kernel (what ops::sum runs).
+void sum_dim0(const Tensor& m, const Tensor& out) {
+  const int64_t R = m.sizes()[0], C = m.sizes()[1], rs = m.strides()[0], cs = m.strides()[1];
+  if (cs == 1 || C <= 1) {
+    reduce_kernel(ReduceOp::sum, detail::make_view(m, {1, R, C}, {0, rs, 1}, m.storage_offset()), out, {});
+  } else if (rs == 1 || R <= 1) {
+    reduce_kernel(ReduceOp::sum, detail::make_view(m, {C, R, 1}, {cs, 1, 1}, m.storage_offset()), out, {});
+  } else {
+    Tensor packed = detail::make_tensor({R, C}, m.dtype(), m.device());
+    copy_kernel(packed, m);
+    sum_dim0(packed, out);
+  }
+}
+
+}  // namespace
+
+void gemm_bias_gelu_kernel(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
+                           const Tensor& pre) {
+  if (out.numel() == 0) return;
+  const int64_t M = out.sizes()[0], N = out.sizes()[1];
+  const Tensor acc = product_in_compute_type(a, b, pre);
+  visit_floating(out.dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    using C = compute_t<S>;
+    const C* pa = static_cast<const C*>(acc.data_ptr());
+    const S* pb = static_cast<const S*>(bias.data_ptr());
+    S* po = static_cast<S*>(out.data_ptr());
+    S* pp = static_cast<S*>(pre.data_ptr());
+    const int64_t ars = acc.strides()[0], ors = out.strides()[0], prs = pre.strides()[0], bs = bias.strides()[0];
+    const fn::GeluTanh gelu{};
+#pragma omp parallel for schedule(static) if (M * N >= kParallelElems && !omp_in_parallel())
+    for (int64_t i = 0; i < M; ++i) {
+      const C* ai = pa + i * ars;  // aliases pi for f32/f64: each element is read before it is written
+      S* oi = po + i * ors;
+      S* pi = pp + i * prs;
+      for (int64_t j = 0; j < N; ++j) {
+        const C v = ai[j] + C(pb[j * bs]);
+        pi[j] = S(v);
+        oi[j] = S(gelu(v));
+      }
+    }
+  });
+}
+
+void gemm_dgelu_bgrad_kernel(const Tensor& a, const Tensor& b, const Tensor& pre, const Tensor& out,
+                             const Tensor& dbias) {
+  const int64_t M = out.sizes()[0], N = out.sizes()[1];
+  if (N == 0) return;
+  const Tensor acc = M > 0 ? product_in_compute_type(a, b, out) : out;
+  visit_floating(out.dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    using C = compute_t<S>;
+    const C* pa = static_cast<const C*>(acc.data_ptr());
+    const S* pp = static_cast<const S*>(pre.data_ptr());
+    S* po = static_cast<S*>(out.data_ptr());
+    S* pd = static_cast<S*>(dbias.data_ptr());
+    const int64_t ars = acc.strides()[0], ors = out.strides()[0];
+    const int64_t prs = pre.strides()[0], pcs = pre.strides()[1], ds = dbias.strides()[0];
+    const int64_t chunks = (M + kSumChunkRows - 1) / kSumChunkRows;
+    // One partial column sum per chunk of rows (double: the sum of up to M terms), combined
+    // below in chunk order. The sum is of the stored (rounded) gradient, as the composite's.
+    std::vector<double> partial(size_t(chunks * N), 0.0);
+#pragma omp parallel for schedule(static) if (M * N >= kParallelElems && !omp_in_parallel())
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      double* part = partial.data() + ch * N;
+      const int64_t end = std::min(M, (ch + 1) * kSumChunkRows);
+      for (int64_t i = ch * kSumChunkRows; i < end; ++i) {
+        const C* ai = pa + i * ars;  // aliases oi for f32/f64, read before written
+        const S* pi = pp + i * prs;
+        S* oi = po + i * ors;
+        for (int64_t j = 0; j < N; ++j) {
+          const S d = S(fn::gelu_tanh_backward(ai[j], C(pi[j * pcs])));
+          oi[j] = d;
+          part[j] += double(C(d));
+        }
+      }
+    }
+#pragma omp parallel for schedule(static) if (chunks * N >= kParallelElems && !omp_in_parallel())
+    for (int64_t j = 0; j < N; ++j) {
+      double sum = 0;
+      for (int64_t ch = 0; ch < chunks; ++ch) sum += partial[size_t(ch * N + j)];
+      pd[j * ds] = S(C(sum));
+    }
+  });
+}
+
+void gemm_bgrad_kernel(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& dbias) {
+  if (c.numel() > 0) gemm_kernel(a, b, c, false);
+  if (dbias.numel() == 0) return;
+  // dbias[i] = sum_k a[i, k]: a's transpose summed over its rows.
+  sum_dim0(detail::make_view(a, {a.sizes()[1], a.sizes()[0]}, {a.strides()[1], a.strides()[0]}, a.storage_offset()),
+           dbias);
 }
 
 }  // namespace ember::ops::cpu

@@ -165,6 +165,32 @@ cublasLtMatrixLayout_t make_layout(cudaDataType type, const Layout& l, int32_t b
   return out;
 }
 
+cublasLtEpilogue_t epilogue_of(Epilogue e) {
+  switch (e) {
+    case Epilogue::none: return CUBLASLT_EPILOGUE_DEFAULT;
+    case Epilogue::bias: return CUBLASLT_EPILOGUE_BIAS;
+    case Epilogue::gelu_aux_bias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Epilogue::dgelu_bgrad: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    case Epilogue::bgrada: return CUBLASLT_EPILOGUE_BGRADA;
+    case Epilogue::bgradb: return CUBLASLT_EPILOGUE_BGRADB;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// The Gemm contract of cublaslt.cuh: a caller's bug, never a property of the data, so it
+// throws instead of falling back.
+void check_epilogue(const Gemm& g) {
+  if (g.epilogue == Epilogue::none) return;
+  const bool wants_bias = g.epilogue == Epilogue::bias || g.epilogue == Epilogue::gelu_aux_bias;
+  const bool wants_aux = g.epilogue == Epilogue::gelu_aux_bias || g.epilogue == Epilogue::dgelu_bgrad;
+  const bool ok = g.beta == 0 && (wants_bias ? g.bias && !g.bias_grad : g.bias_grad && !g.bias) &&
+                  (wants_aux ? g.aux && g.aux_ld % 8 == 0 && g.aux_ld >= std::max<int64_t>(g.c.rows, 1) : !g.aux) &&
+                  (g.epilogue == Epilogue::bias || g.batch == 1);
+  if (!ok)
+    throw Error(str("[matmul] internal: invalid cuBLASLt epilogue request (epilogue ", int(g.epilogue),
+                    ", beta ", g.beta, ", batch ", g.batch, ", aux_ld ", g.aux_ld, ")"));
+}
+
 }  // namespace
 
 cublasLtHandle_t handle(int device) {
@@ -194,10 +220,18 @@ bool matmul(int device, const Gemm& g) {
   std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter> desc(raw_desc);
   set_desc(raw_desc, CUBLASLT_MATMUL_DESC_TRANSA, g.op_a);
   set_desc(raw_desc, CUBLASLT_MATMUL_DESC_TRANSB, g.op_b);
-  if (g.bias) {
-    set_desc(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
-    set_desc(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  check_epilogue(g);
+  if (g.epilogue != Epilogue::none) {
+    set_desc(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue_of(g.epilogue));
+    // The heuristic reads the vector's and the aux matrix's pointers for their alignment, so
+    // they are set before it runs (and are part of the cache key below).
+    const void* vec = g.bias ? g.bias : g.bias_grad;
+    set_desc(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, vec);
     set_desc(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, type);
+    if (g.aux) {
+      set_desc(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(g.aux));
+      set_desc(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.aux_ld);
+    }
   }
   std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> la(make_layout(type, g.a, g.batch));
   std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter> lb(make_layout(type, g.b, g.batch));
@@ -206,9 +240,9 @@ bool matmul(int device, const Gemm& g) {
   const AlgoKey key{device,       int64_t(g.dtype), int64_t(compute), int64_t(g.op_a), int64_t(g.op_b),
                     g.a.rows,     g.a.cols,         g.a.ld,           g.a.batch_stride, g.b.rows,
                     g.b.cols,     g.b.ld,           g.b.batch_stride, g.c.rows,         g.c.cols,
-                    g.c.ld,       g.c.batch_stride, g.batch,          g.bias != nullptr, g.beta != 0,
-                    alignment(g.pa), alignment(g.pb), alignment(g.pc), alignment(g.bias),
-                    int64_t(kWorkspaceBytes), 0, 0};
+                    g.c.ld,       g.c.batch_stride, g.batch,          int64_t(g.epilogue), g.beta != 0,
+                    alignment(g.pa), alignment(g.pb), alignment(g.pc), alignment(g.bias ? g.bias : g.bias_grad),
+                    int64_t(kWorkspaceBytes), alignment(g.aux), g.aux_ld};
   CachedAlgos chosen;
   bool cached = false;
   {
@@ -237,8 +271,12 @@ bool matmul(int device, const Gemm& g) {
     int found = 0;
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, raw_desc, la.get(), lb.get(), lc.get(), lc.get(),
                                                              raw_pref, kMaxAlgos, results.data(), &found);
-    // NOT_SUPPORTED: no heuristic for this configuration at all; the caller falls back.
-    if (st != CUBLAS_STATUS_NOT_SUPPORTED) EMBER_CUBLAS_CHECK(st);
+    // NOT_SUPPORTED: no heuristic for this configuration at all; the caller falls back. An
+    // epilogue this build's kernels do not offer for these types may also be refused as an
+    // INVALID_VALUE: the caller's unfused path handles it, so that is no algorithm either.
+    const bool refused = st == CUBLAS_STATUS_NOT_SUPPORTED ||
+                         (st == CUBLAS_STATUS_INVALID_VALUE && g.epilogue != Epilogue::none);
+    if (!refused) EMBER_CUBLAS_CHECK(st);
     if (st == CUBLAS_STATUS_SUCCESS)
       for (int i = 0; i < found && i < kMaxAlgos; ++i)
         if (results[size_t(i)].state == CUBLAS_STATUS_SUCCESS) chosen.algos[size_t(chosen.count++)] = results[size_t(i)].algo;

@@ -57,11 +57,22 @@ struct Layout {
   int64_t rows = 0, cols = 0, ld = 1, batch_stride = 0;
 };
 
-// D = alpha * op_a(A) @ op_b(B) + beta * C (+ bias[row] when bias is set), with C and D the
-// same matrix `c`, all of dtype `dtype` (f32, f64, f16 or bf16), batch strided entries.
-// f32 runs TF32 tensor-core math when `tf32`, exact f32 otherwise; f16/bf16 accumulate in
-// f32; f64 in f64. The bias (length c.rows, contiguous, of dtype `dtype`) uses
-// CUBLASLT_EPILOGUE_BIAS and requires beta == 0.
+// What cuBLASLt does after the product, in its column-major terms (D has c.rows x c.cols).
+// The vectors are contiguous, of dtype `dtype`, and the GELU is GPT-2's tanh approximation.
+//   none          D = alpha op(A) op(B) + beta C
+//   bias          D = AB + bias[row]                                      (bias: c.rows)
+//   gelu_aux_bias aux = AB + bias[row], D = gelu(aux)                     (aux written)
+//   dgelu_bgrad   D = AB * gelu'(aux), bias_grad[row] = sum over cols of D (aux read)
+//   bgrada        D = AB, bias_grad[row] = sum over k of op(A)[row, k]    (bias_grad: c.rows)
+//   bgradb        D = AB, bias_grad[col] = sum over k of op(B)[k, col]    (bias_grad: c.cols)
+// aux is a c.rows x c.cols column-major matrix with leading dim aux_ld (a multiple of 8, >=
+// c.rows, as cuBLASLt requires for the GELU aux matrix). Every epilogue but `none` requires
+// beta == 0, and all but none/bias batch == 1 (no batch strides are set for the vectors).
+enum class Epilogue : uint8_t { none, bias, gelu_aux_bias, dgelu_bgrad, bgrada, bgradb };
+
+// D = alpha * op_a(A) @ op_b(B) + beta * C, then the epilogue, with C and D the same matrix
+// `c`, all of dtype `dtype` (f32, f64, f16 or bf16), batch strided entries. f32 runs TF32
+// tensor-core math when `tf32`, exact f32 otherwise; f16/bf16 accumulate in f32; f64 in f64.
 struct Gemm {
   DType dtype = DType::f32;
   bool tf32 = true;
@@ -71,7 +82,11 @@ struct Gemm {
   const void* pa = nullptr;
   const void* pb = nullptr;
   void* pc = nullptr;
-  const void* bias = nullptr;
+  Epilogue epilogue = Epilogue::none;
+  const void* bias = nullptr;  // bias, gelu_aux_bias
+  void* bias_grad = nullptr;   // dgelu_bgrad, bgrada, bgradb
+  void* aux = nullptr;         // gelu_aux_bias (written), dgelu_bgrad (read)
+  int64_t aux_ld = 0;
   double alpha = 1, beta = 0;
 };
 

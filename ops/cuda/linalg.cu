@@ -28,6 +28,7 @@
 #include "ember/ops/matmul_config.h"
 #include "kernels/elementwise.h"
 #include "kernels/linalg.h"
+#include "kernels/reduce.h"
 
 namespace ember::ops::cuda {
 
@@ -97,11 +98,39 @@ struct BatchDim {
   int64_t size, sa, sb, sc;
 };
 
-// c = a @ b (+ beta * c) (+ bias) through cuBLASLt. Preconditions: a and b addressable,
-// c row- or column-major, bias (if any) contiguous and c row-major. False when cuBLASLt
-// has no algorithm for the first call (nothing ran then; the problem shape is the same
-// for every call of the loop, so it is all or nothing).
-bool lt_gemm(const Tensor& a, const Tensor& b, const Tensor& c, double beta, const Tensor* bias) {
+// What follows the product, in ember's row-major terms (Note [GEMM epilogues]).
+enum class Fused : uint8_t {
+  none,
+  bias,           // c = a b + bias[col]
+  gelu_aux_bias,  // aux = a b + bias[col], c = gelu_tanh(aux)
+  dgelu_bgrad,    // c = (a b) * gelu_tanh'(aux), vec[col] = sum over rows of c
+  bgrad_a,        // c = a b, vec[row] = sum over k of a[row, k]
+};
+struct Fusion {
+  Fused kind = Fused::none;
+  const void* bias = nullptr;
+  void* bias_grad = nullptr;
+  void* aux = nullptr;  // row-major [M, N] with unit column stride and row stride aux_rs
+  int64_t aux_rs = 0;
+};
+
+// Note [GEMM epilogues]: ember's c [M, N] is row-major, so cuBLASLt computes D = c^T
+// (column-major, N x M) = b^T a^T; "rows of D" are c's columns, "columns of D" c's rows,
+// and the GEMM's k is a's columns. Hence:
+// - bias[col] and dgelu_bgrad's sum over c's rows are per row of D: BIAS, GELU_AUX_BIAS and
+//   DGELU_BGRAD as they are (their vectors have D's row count, N);
+// - a row-major aux [M, N] with row stride r is the column-major N x M matrix with leading
+//   dim r: AUX_LD = r (which cuBLASLt wants a multiple of 8);
+// - sum over k of a[row, k] is a sum over k of op(B) = a^T in cuBLASLt's terms: BGRADB (a
+//   vector of D's column count, M). For a column-major c (D = c, no swap) it is BGRADA.
+// Every fused kind but bgrad_a needs the swap (a row-major c): a column-major c returns false
+// and the caller takes the unfused path, as it does when cuBLASLt offers no algorithm.
+//
+// c = a @ b (+ beta * c) with `f` through cuBLASLt. Preconditions: a and b addressable, c
+// row- or column-major, vectors contiguous; any fused kind but `bias` on a 2-D problem. False
+// when cuBLASLt has no algorithm for the first call (nothing ran then; the problem shape is
+// the same for every call of the loop, so it is all or nothing).
+bool lt_gemm(const Tensor& a, const Tensor& b, const Tensor& c, double beta, const Fusion& f = {}) {
   const int64_t nb = c.dim() - 2;
   // Coalesce batch dims (innermost first): dim d joins the run inside it when every
   // operand's stride chains across them.
@@ -139,7 +168,19 @@ bool lt_gemm(const Tensor& a, const Tensor& b, const Tensor& c, double beta, con
   g.dtype = c.dtype();
   g.tf32 = ember::cuda::allow_tf32();
   g.beta = beta;
-  g.bias = bias ? bias->data_ptr() : nullptr;
+  switch (f.kind) {
+    case Fused::none: break;
+    case Fused::bias: g.epilogue = lt::Epilogue::bias; break;
+    case Fused::gelu_aux_bias: g.epilogue = lt::Epilogue::gelu_aux_bias; break;
+    case Fused::dgelu_bgrad: g.epilogue = lt::Epilogue::dgelu_bgrad; break;
+    case Fused::bgrad_a: g.epilogue = swap ? lt::Epilogue::bgradb : lt::Epilogue::bgrada; break;
+  }
+  if (f.kind != Fused::none && f.kind != Fused::bgrad_a && !swap) return false;
+  if (f.kind != Fused::none && f.kind != Fused::bias && (inner.size != 1 || outer_count != 1)) return false;
+  g.bias = f.bias;
+  g.bias_grad = f.bias_grad;
+  g.aux = f.aux;
+  g.aux_ld = f.aux_rs;
   if (!as_column_major(ma, g.op_a, g.a) || !as_column_major(mb, g.op_b, g.b))
     throw Error("[matmul] internal: an operand layout cuBLAS cannot address after packing");
   g.c = {mc.rows, mc.cols, mc.cols <= 1 ? std::max<int64_t>(mc.rows, 1) : mc.cs, inner.sc};
@@ -187,7 +228,7 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, bool accumulate) {
     copy_kernel(c, tmp);
     return;
   }
-  if (lt_gemm(A, B, c, accumulate ? 1.0 : 0.0, nullptr)) return;
+  if (lt_gemm(A, B, c, accumulate ? 1.0 : 0.0)) return;
   // No algorithm for these leading dims / alignments: retry on fresh, tightly packed and
   // fully aligned copies, which every cuBLASLt kernel family accepts.
   Tensor A2 = ember::detail::make_tensor(A.sizes(), A.dtype(), A.device());
@@ -196,7 +237,7 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, bool accumulate) {
   copy_kernel(A2, A);
   copy_kernel(B2, B);
   if (accumulate) copy_kernel(C2, c);
-  if (!lt_gemm(A2, B2, C2, accumulate ? 1.0 : 0.0, nullptr))
+  if (!lt_gemm(A2, B2, C2, accumulate ? 1.0 : 0.0))
     throw DeviceError(str("[matmul] cuBLASLt has no algorithm for ", c.dtype(), " ", a.sizes(), " x ", b.sizes()));
   copy_kernel(c, C2);
 }
@@ -233,10 +274,124 @@ void gemm_bias_kernel(const Tensor& a, const Tensor& b, const Tensor& bias, cons
     }
     const Tensor A = addressable(a) ? a : pack(a);
     const Tensor B = addressable(b) ? b : pack(b);
-    if (lt_gemm(A, B, c, 0.0, &bias_c)) return;
+    if (lt_gemm(A, B, c, 0.0, {Fused::bias, bias_c.data_ptr()})) return;
   }
   copy_kernel(c, bias_rows);  // seed with the bias, then accumulate the product onto it
   if (a.sizes()[1] > 0) gemm(a, b, c, true);
+}
+
+namespace {
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// A row-major [M, N] matrix cuBLASLt can read or write as an epilogue's aux matrix (Note
+// [GEMM epilogues]): unit column stride, a row stride that is a multiple of 8 elements, a
+// 16-byte aligned start (the heuristic sees the pointer, this keeps a view that starts off
+// the grid from relying on it).
+bool aux_addressable(const Tensor& t) {
+  const Mat m = matrix_of(t);
+  return (m.cs == 1 || m.cols <= 1) && m.rs % 8 == 0 && m.rs >= std::max<int64_t>(m.cols, 1) &&
+         aligned16(t.data_ptr());
+}
+
+// A contiguous vector the epilogue reads or writes with vector loads.
+bool vector_addressable(const Tensor& v) { return (v.strides()[0] == 1 || v.numel() <= 1) && aligned16(v.data_ptr()); }
+
+// out[j] = sum_i m[i, j] over a 2-D view (the unfused paths' bias gradient), through the
+// reduce family's kernel: the same reduction ops::sum runs for the composite.
+void sum_dim0(const Tensor& m, const Tensor& out) {
+  const int64_t R = m.sizes()[0], C = m.sizes()[1];
+  const Mat x = matrix_of(m);
+  if (x.cs == 1 || C <= 1) {  // "columns": each output a strided run down the rows
+    reduce_kernel(ReduceOp::sum, ember::detail::make_view(m, {1, R, C}, {0, x.rs, 1}, m.storage_offset()), out, {});
+  } else if (x.rs == 1 || R <= 1) {  // "rows": each output one contiguous run
+    reduce_kernel(ReduceOp::sum, ember::detail::make_view(m, {C, R, 1}, {x.cs, 1, 1}, m.storage_offset()), out, {});
+  } else {
+    Tensor packed = ember::detail::make_tensor({R, C}, m.dtype(), m.device());
+    copy_kernel(packed, m);
+    sum_dim0(packed, out);
+  }
+}
+
+Tensor transposed_view(const Tensor& t) {
+  return ember::detail::make_view(t, {t.sizes()[1], t.sizes()[0]}, {t.strides()[1], t.strides()[0]},
+                                  t.storage_offset());
+}
+
+// The bias vector as the epilogue reads it: contiguous and 16-byte aligned (copied if not;
+// see gemm_bias_kernel).
+Tensor epilogue_bias(const Tensor& bias) {
+  if (vector_addressable(bias)) return bias;
+  Tensor b = ember::detail::make_tensor({bias.sizes()[0]}, bias.dtype(), bias.device());
+  copy_kernel(b, bias);
+  return b;
+}
+
+}  // namespace
+
+void gemm_bias_gelu_kernel(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
+                           const Tensor& pre) {
+  if (out.numel() == 0) return;
+  check_dtype("gelu_mlp", out.dtype());
+  const ember::cuda::detail::DeviceGuard guard(out.device().index);
+  if (a.sizes()[1] > 0 && row_major(matrix_of(out)) && aux_addressable(pre)) {
+    const Tensor bias_c = epilogue_bias(bias);
+    const Tensor A = addressable(a) ? a : pack(a);
+    const Tensor B = addressable(b) ? b : pack(b);
+    if (lt_gemm(A, B, out, 0.0, {Fused::gelu_aux_bias, bias_c.data_ptr(), nullptr, pre.data_ptr(), pre.strides()[0]}))
+      return;
+  }
+  // Unfused: the GEMM with its bias epilogue, then GELU as its own pass.
+  gemm_bias_kernel(a, b, bias, pre);
+  unary_kernel(UnaryOp::gelu_tanh, pre, out, {});
+}
+
+void gemm_dgelu_bgrad_kernel(const Tensor& a, const Tensor& b, const Tensor& pre, const Tensor& out,
+                             const Tensor& dbias) {
+  if (dbias.numel() == 0) return;  // N == 0: nothing to compute
+  check_dtype("gelu_mlp", out.dtype());
+  const ember::cuda::detail::DeviceGuard guard(out.device().index);
+  if (out.numel() == 0 || a.sizes()[1] == 0) {  // no rows, or K == 0: zero gradients
+    if (out.numel() > 0) fill_kernel(out, Scalar(0));
+    fill_kernel(dbias, Scalar(0));
+    return;
+  }
+  if (row_major(matrix_of(out)) && aux_addressable(pre) && vector_addressable(dbias)) {
+    const Tensor A = addressable(a) ? a : pack(a);
+    const Tensor B = addressable(b) ? b : pack(b);
+    if (lt_gemm(A, B, out, 0.0,
+                {Fused::dgelu_bgrad, nullptr, dbias.data_ptr(), const_cast<void*>(pre.data_ptr()), pre.strides()[0]}))
+      return;
+  }
+  // Unfused: the GEMM, GELU's derivative as its own pass, the bias gradient as a reduction.
+  Tensor dh = ember::detail::make_tensor(out.sizes(), out.dtype(), out.device());
+  gemm(a, b, dh, false);
+  binary_kernel(BinaryOp::gelu_tanh_backward, dh, pre, out);
+  sum_dim0(out, dbias);
+}
+
+void gemm_bgrad_kernel(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& dbias) {
+  if (dbias.numel() == 0) {  // M == 0: c is empty too
+    return;
+  }
+  check_dtype("linear", c.dtype());
+  const ember::cuda::detail::DeviceGuard guard(c.device().index);
+  const int64_t K = a.sizes()[1];
+  if (K == 0) {  // empty sums
+    if (c.numel() > 0) fill_kernel(c, Scalar(0));
+    fill_kernel(dbias, Scalar(0));
+    return;
+  }
+  if (c.numel() > 0 && vector_addressable(dbias)) {
+    const Tensor A = addressable(a) ? a : pack(a);
+    const Tensor B = addressable(b) ? b : pack(b);
+    const Mat mc = matrix_of(c);
+    if ((row_major(mc) || col_major(mc)) && lt_gemm(A, B, c, 0.0, {Fused::bgrad_a, nullptr, dbias.data_ptr()}))
+      return;
+  }
+  // Unfused: the GEMM, then the bias gradient as a reduction over a's columns.
+  if (c.numel() > 0) gemm_kernel(a, b, c, false);
+  sum_dim0(transposed_view(a), dbias);
 }
 
 }  // namespace ember::ops::cuda

@@ -13,9 +13,26 @@
 // b [K, N], c [M, N] are 2-D with the same guarantees as above; bias is 1-D [N], same dtype
 // and device, any stride. On CUDA the bias is added in the GEMM's epilogue (one pass over c);
 // the CPU seeds c with the bias and accumulates the product onto it.
-#define EMBER_LINALG_KERNELS                                                             \
-  void gemm_kernel(const Tensor& a, const Tensor& b, const Tensor& c, bool accumulate); \
-  void gemm_bias_kernel(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& c);
+//
+// The fused GEMMs (Note [GEMM epilogues] in ops/cuda/linalg.cu). a [M, K], b [K, N] 2-D as
+// above (any strides); outputs fresh and row-major (rows at any stride >= their length, unit
+// column stride); vectors 1-D, of the same dtype; one device. The GELU is the tanh form.
+// gemm_bias_gelu_kernel: pre = a @ b + bias (bias [N], any stride), out = gelu_tanh(pre).
+// gemm_dgelu_bgrad_kernel: out = (a @ b) * gelu_tanh'(pre) with pre [M, N] (any strides),
+//   dbias[N] = out summed over its rows (contiguous).
+// gemm_bgrad_kernel: c = a @ b, dbias[M] = a summed over its columns (contiguous): the weight
+//   gradient of linear with its bias gradient (a = g^T).
+// M, N or K may be 0 (empty sums are 0). CUDA runs each as one cuBLASLt call with the
+// matching epilogue when it can, and as the unfused composite (GEMM, elementwise pass,
+// reduction) when cuBLASLt cannot; the CPU runs the GEMM and one fused pass.
+#define EMBER_LINALG_KERNELS                                                                          \
+  void gemm_kernel(const Tensor& a, const Tensor& b, const Tensor& c, bool accumulate);              \
+  void gemm_bias_kernel(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& c);      \
+  void gemm_bias_gelu_kernel(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out, \
+                             const Tensor& pre);                                                      \
+  void gemm_dgelu_bgrad_kernel(const Tensor& a, const Tensor& b, const Tensor& pre, const Tensor& out, \
+                               const Tensor& dbias);                                                  \
+  void gemm_bgrad_kernel(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& dbias);
 
 EMBER_DECLARE_KERNELS(EMBER_LINALG_KERNELS)
 

@@ -125,36 +125,121 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  check_operands("linear", x, weight, "input", "weight");
-  EMBER_CHECK(weight.dim() == 2, ShapeError, "[linear] weight must be 2-D [out_features, in_features], got shape ",
+namespace {
+
+void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_operands(op, x, weight, "input", "weight");
+  EMBER_CHECK(weight.dim() == 2, ShapeError, "[", op, "] weight must be 2-D [out_features, in_features], got shape ",
               weight.sizes());
-  EMBER_CHECK(x.dim() >= 1, ShapeError, "[linear] input must have at least 1 dim, got shape ", x.sizes());
+  EMBER_CHECK(x.dim() >= 1, ShapeError, "[", op, "] input must have at least 1 dim, got shape ", x.sizes());
   const int64_t in = weight.sizes()[1], out_features = weight.sizes()[0];
-  EMBER_CHECK(x.sizes()[size_t(x.dim() - 1)] == in, ShapeError, "[linear] input of shape ", x.sizes(),
+  EMBER_CHECK(x.sizes()[size_t(x.dim() - 1)] == in, ShapeError, "[", op, "] input of shape ", x.sizes(),
               " does not match weight of shape ", weight.sizes(), " (in_features ",
               x.sizes()[size_t(x.dim() - 1)], " != ", in, ")");
   if (bias.defined()) {
-    check_operands("linear", x, bias, "input", "bias");
-    EMBER_CHECK(bias.dim() == 1 && bias.sizes()[0] == out_features, ShapeError, "[linear] bias of shape ",
+    check_operands(op, x, bias, "input", "bias");
+    EMBER_CHECK(bias.dim() == 1 && bias.sizes()[0] == out_features, ShapeError, "[", op, "] bias of shape ",
                 bias.sizes(), " does not match weight of shape ", weight.sizes(), " (expected [",
                 out_features, "])");
   }
-  Shape out_shape = leading(x.sizes(), 1);
-  out_shape.push_back(out_features);
-  Tensor out = detail::make_tensor(out_shape, x.dtype(), x.device());
+}
+
+// t [..., n] as a matrix [rows, n] over its flattened leading dims: a view when they chain,
+// else a contiguous copy's view.
+Tensor as_rows(const Tensor& t) {
+  const int64_t n = t.sizes()[size_t(t.dim() - 1)];
+  if (t.dim() == 1) return detail::make_view(t, {1, n}, {n, t.strides()[0]}, t.storage_offset());
+  std::optional<Tensor> r = fold_leading(t);
+  return r ? *r : *fold_leading(contiguous(t));
+}
+
+// The transposed view of a 2-D tensor (no copy).
+Tensor t2(const Tensor& m) {
+  return detail::make_view(m, {m.sizes()[1], m.sizes()[0]}, {m.strides()[1], m.strides()[0]}, m.storage_offset());
+}
+
+// The fresh row-major [rows, n] view of a fresh output of shape `shape` (its last dim n).
+Tensor rows_of(const Tensor& out, int64_t rows) {
+  const int64_t n = out.sizes()[size_t(out.dim() - 1)];
+  return detail::make_view(out, {rows, n}, {n, 1}, 0);
+}
+
+Shape with_last(const Shape& s, int64_t last) {
+  Shape out = leading(s, 1);
+  out.push_back(last);
+  return out;
+}
+
+void check_floating(const char* op, const Tensor& t) {
+  const DType d = t.dtype();
+  EMBER_CHECK(d == DType::f32 || d == DType::f64 || d == DType::f16 || d == DType::bf16, DTypeError, "[", op,
+              "] expects a floating-point dtype, got ", d);
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_linear("linear", x, weight, bias);
+  const int64_t in = weight.sizes()[1], out_features = weight.sizes()[0];
+  Tensor out = detail::make_tensor(with_last(x.sizes(), out_features), x.dtype(), x.device());
   if (out.numel() == 0) return out;
 
-  std::optional<Tensor> X2 = x.dim() == 1 ? detail::make_view(x, {1, in}, {in, x.strides()[0]}, x.storage_offset())
-                                          : fold_leading(x);
-  if (!X2) X2 = *fold_leading(contiguous(x));
-  const int64_t rows = X2->sizes()[0];
+  const Tensor X2 = as_rows(x);
+  const int64_t rows = X2.sizes()[0];
   Tensor Wt = detail::make_view(weight, {in, out_features}, {weight.strides()[1], weight.strides()[0]},
                                 weight.storage_offset());
-  Tensor Y2 = detail::make_view(out, {rows, out_features}, {out_features, 1}, 0);
-  if (bias.defined()) EMBER_DISPATCH_KERNEL(out.device(), gemm_bias_kernel, *X2, Wt, bias, Y2);
-  else EMBER_DISPATCH_KERNEL(out.device(), gemm_kernel, *X2, Wt, Y2, false);
+  Tensor Y2 = rows_of(out, rows);
+  if (bias.defined()) EMBER_DISPATCH_KERNEL(out.device(), gemm_bias_kernel, X2, Wt, bias, Y2);
+  else EMBER_DISPATCH_KERNEL(out.device(), gemm_kernel, X2, Wt, Y2, false);
   return out;
+}
+
+std::pair<Tensor, Tensor> linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  EMBER_CHECK(bias.defined(), ValueError, "[linear_gelu] requires a bias");
+  check_linear("linear_gelu", x, weight, bias);
+  check_floating("linear_gelu", x);
+  const int64_t out_features = weight.sizes()[0];
+  const Shape shape = with_last(x.sizes(), out_features);
+  Tensor out = detail::make_tensor(shape, x.dtype(), x.device());
+  Tensor pre = detail::make_tensor(shape, x.dtype(), x.device());
+  if (out.numel() == 0) return {out, pre};
+  const Tensor X2 = as_rows(x);
+  const int64_t rows = X2.sizes()[0];
+  EMBER_DISPATCH_KERNEL(out.device(), gemm_bias_gelu_kernel, X2, t2(weight), bias, rows_of(out, rows),
+                        rows_of(pre, rows));
+  return {out, pre};
+}
+
+std::pair<Tensor, Tensor> linear_dgelu_bgrad(const Tensor& grad, const Tensor& weight, const Tensor& pre) {
+  check_operands("linear_dgelu_bgrad", grad, weight, "grad", "weight");
+  check_operands("linear_dgelu_bgrad", grad, pre, "grad", "pre");
+  check_floating("linear_dgelu_bgrad", grad);
+  EMBER_CHECK(weight.dim() == 2 && grad.dim() >= 1 && pre.dim() == grad.dim() &&
+                  leading(grad.sizes(), 1) == leading(pre.sizes(), 1) && grad.size(-1) == weight.size(0) &&
+                  pre.size(-1) == weight.size(1),
+              ShapeError, "[linear_dgelu_bgrad] grad ", grad.sizes(), ", weight ", weight.sizes(), " and pre ",
+              pre.sizes(), " do not match (expected [..., out], [out, in] and [..., in])");
+  const int64_t in = weight.sizes()[1];
+  Tensor dpre = detail::make_tensor(pre.sizes(), pre.dtype(), pre.device());
+  Tensor dbias = detail::make_tensor({in}, pre.dtype(), pre.device());
+  const Tensor G2 = as_rows(grad), P2 = as_rows(pre);
+  EMBER_DISPATCH_KERNEL(pre.device(), gemm_dgelu_bgrad_kernel, G2, weight, P2, rows_of(dpre, G2.sizes()[0]), dbias);
+  return {dpre, dbias};
+}
+
+std::pair<Tensor, Tensor> linear_weight_grad(const Tensor& grad, const Tensor& x, bool with_bias) {
+  check_operands("linear_weight_grad", grad, x, "grad", "input");
+  check_floating("linear_weight_grad", grad);
+  EMBER_CHECK(grad.dim() >= 1 && x.dim() == grad.dim() && leading(grad.sizes(), 1) == leading(x.sizes(), 1),
+              ShapeError, "[linear_weight_grad] grad ", grad.sizes(), " and input ", x.sizes(),
+              " do not match (expected [..., out] and [..., in])");
+  const int64_t out_features = grad.size(-1), in = x.size(-1);
+  Tensor dw = detail::make_tensor({out_features, in}, x.dtype(), x.device());
+  Tensor db = with_bias ? detail::make_tensor({out_features}, x.dtype(), x.device()) : Tensor();
+  const Tensor G2 = as_rows(grad), X2 = as_rows(x);
+  if (with_bias) EMBER_DISPATCH_KERNEL(x.device(), gemm_bgrad_kernel, t2(G2), X2, dw, db);
+  else if (dw.numel() > 0) EMBER_DISPATCH_KERNEL(x.device(), gemm_kernel, t2(G2), X2, dw, false);
+  return {dw, db};
 }
 
 }  // namespace ember::ops

@@ -84,6 +84,59 @@ TEST(LinearGrad, Gradcheck) {
   EXPECT_TRUE(gradcheck([](const TensorList& in) { return linear(in[0].transpose(0, 1), in[1].t()); }, {x, w}));
 }
 
+// linear's VJP takes dw and db from one fused op when grad mode is off (ops::linear_weight_grad)
+// and from the composite under create_graph: the second derivative through both parameters
+// (d/dx of the weight and bias gradients, which depend on x and w) must be right.
+TEST(LinearGrad, DoubleBackward) {
+  Tensor x = leaf({2, 3, 4}), w = leaf({5, 4}), b = leaf({5});
+  Tensor v = randn({2, 3, 5}, DType::f64);
+  EXPECT_TRUE(gradcheck(
+      [v](const TensorList& in) {
+        AutoGradMode on(true);
+        Tensor y = linear(in[0], in[1], in[2]);
+        TensorList g = autograd::grad({y * y}, {in[0], in[1], in[2]}, {v}, true, true);
+        return dot_all(g[0], g[0]) + dot_all(g[1], in[1]) + dot_all(g[2], g[2]);
+      },
+      {x, w, b}));
+}
+
+// gelu_mlp (the fused GPT-2 MLP): its fused VJP (pre-activation from the forward, the GELU
+// derivative and bias gradients in the backward GEMMs' epilogues, or their CPU twins).
+TEST(GeluMlpGrad, Gradcheck) {
+  auto fn = [](const TensorList& in) { return gelu_mlp(in[0], in[1], in[2], in[3], in[4]); };
+  for (const Dims& xs : {Dims{3}, Dims{4, 3}, Dims{2, 3, 3}}) {
+    SCOPED_TRACE(str(Shape(xs)));
+    EXPECT_TRUE(gradcheck(fn, {leaf(xs), leaf({7, 3}), leaf({7}), leaf({3, 7}), leaf({3})}));
+  }
+  // A non-contiguous input and only some inputs requiring grad.
+  Tensor xt = leaf({3, 2, 3});
+  EXPECT_TRUE(gradcheck([](const TensorList& in) { return gelu_mlp(in[0].transpose(0, 1), in[1], in[2], in[3], in[4]); },
+                        {xt, leaf({5, 3}), leaf({5}), leaf({3, 5}), leaf({3})}));
+  Tensor fw = randn({5, 3}, DType::f64), pb = randn({3}, DType::f64);
+  EXPECT_TRUE(gradcheck([fw, pb](const TensorList& in) { return gelu_mlp(in[0], fw, in[1], in[2], pb); },
+                        {leaf({4, 3}), leaf({5}), leaf({3, 5})}));
+}
+
+// Double backward: under create_graph the VJP is the differentiable composite (GELU's
+// derivative spelled out), so second derivatives through every input are right.
+TEST(GeluMlpGrad, DoubleBackward) {
+  Tensor v = randn({2, 3, 3}, DType::f64);
+  EXPECT_TRUE(gradcheck(
+      [v](const TensorList& in) {
+        AutoGradMode on(true);
+        Tensor y = gelu_mlp(in[0], in[1], in[2], in[3], in[4]);
+        TensorList g = autograd::grad({y}, {in[0], in[1], in[2], in[3], in[4]}, {v}, true, true);
+        return dot_all(g[0], g[0]) + dot_all(g[1], in[1]) + dot_all(g[2], g[2]) + dot_all(g[3], g[3]) +
+               dot_all(g[4], in[4]);
+      },
+      {leaf({2, 3, 3}), leaf({6, 3}), leaf({6}), leaf({3, 6}), leaf({3})}));
+  // The first-order gradients of the create_graph path equal the fused path's.
+  Tensor x = leaf({2, 3, 3}), fw = leaf({6, 3}), fb = leaf({6}), pw = leaf({3, 6}), pb = leaf({3});
+  TensorList fused = autograd::grad({gelu_mlp(x, fw, fb, pw, pb)}, {x, fw, fb, pw, pb}, {v});
+  TensorList comp = autograd::grad({gelu_mlp(x, fw, fb, pw, pb)}, {x, fw, fb, pw, pb}, {v}, true, true);
+  for (size_t i = 0; i < 5; ++i) EXPECT_TRUE(test::all_close(fused[i], comp[i].detach(), 1e-12, 1e-12)) << i;
+}
+
 TEST(LinearGrad, DataInputGetsNoGradient) {
   Tensor x = randn({6, 4}, DType::f64);
   Tensor w = leaf({3, 4}), b = leaf({3});
