@@ -1,7 +1,7 @@
-// Differentiable fused nn ops: softmax, log_softmax, cross_entropy, layer_norm. Each forward
-// is one fused kernel (ops/include/ember/ops/nn.h) and each VJP one fused backward kernel,
-// using what the forward saved (the output for softmax, per-row max and log-sum-exp for
-// cross-entropy, per-row mean and rstd for layer norm).
+// Differentiable fused nn ops: softmax, log_softmax, cross_entropy, layer_norm,
+// residual_layer_norm. Each forward is one fused kernel (ops/include/ember/ops/nn.h) and each
+// VJP one fused backward kernel, using what the forward saved (the output for softmax, per-row
+// max and log-sum-exp for cross-entropy, per-row mean and rstd for layer norm).
 //
 // Double backward: softmax and log_softmax are differentiable any number of times (their
 // backward ops are recorded with VJPs written in ember ops, which need the reduce family's
@@ -9,6 +9,7 @@
 // NotImplementedError, so differentiating their gradients fails loudly instead of silently
 // giving zeros.
 #include <algorithm>
+#include <utility>
 
 #include "ember/ops/nn.h"
 #include "inplace.h"
@@ -136,6 +137,62 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                           no_double_backward(name, b.dweight, {g, xv}),
                           no_double_backward(name, b.dbias, {g})};
                 });
+}
+
+// Two nodes from the one fused forward (a node has one output): "residual_add" (x, delta) ->
+// sum, whose VJP hands sum's total gradient to both inputs (the engine casts it to each
+// input's dtype: a bf16 delta gets a bf16 gradient), and "residual_layer_norm" (sum, weight,
+// bias) -> y, layer_norm's VJP, whose kernel reads dy in y's dtype (bf16 under autocast)
+// without a cast pass.
+std::pair<Tensor, Tensor> residual_layer_norm(const Tensor& x, const Tensor& delta,
+                                              const Shape& normalized_shape, const Tensor& weight,
+                                              const Tensor& bias, double eps) {
+  ember::detail::check_defined("residual_layer_norm", x);
+  ember::detail::check_defined("residual_layer_norm", delta, "delta");
+  const DType s = promote_types(x.dtype(), delta.dtype());
+  DType y_dtype = s;
+  Tensor w = weight, b = bias;
+  if (autocast::any_enabled()) [[unlikely]] {
+    const DeviceType device_type = x.device().type;
+    const bool low_sum = s == DType::f16 || s == DType::bf16;
+    if (autocast::is_enabled(device_type) && (s == DType::f32 || low_sum)) {
+      const DType low = autocast::get_dtype(device_type);
+      if (low_sum) {  // off the GPT path: the composite, layer_norm's autocast casting sum up
+        Tensor sum = add(x, delta);
+        Tensor y = layer_norm(sum, normalized_shape, weight, bias, eps);
+        return {sum, to(y, y.device(), low)};
+      }
+      y_dtype = low;
+      const Tensor& first = weight.defined() ? weight : bias;
+      if (auto c = autograd::autocast_inputs(autograd::AutocastOp::residual_layer_norm, first,
+                                             weight.defined() ? bias : Tensor())) {
+        if (weight.defined()) {
+          w = (*c)[0];
+          b = (*c)[1];
+        } else {
+          b = (*c)[0];
+        }
+      }
+    }
+  }
+  ops::ResidualLayerNormForward f =
+      ops::residual_layer_norm_forward(x, delta, normalized_shape, w, b, eps, y_dtype);
+  Tensor sum = record("residual_add", f.sum, {x, delta},
+                      [](const Tensor& g) -> TensorList { return {g, g}; });
+  Tensor y = record("residual_layer_norm", f.y, {sum, w, b},
+                    [s_ = save(sum), w_ = save(w), ns = normalized_shape, mean = f.mean,
+                     rstd = f.rstd](const Tensor& g) -> TensorList {
+                      const Tensor& sv = s_;
+                      const Tensor& wv = w_;
+                      ops::LayerNormBackward lb = ops::layer_norm_backward(
+                          g, sv, ns, wv, mean, rstd,
+                          {needs_input_grad(0), needs_input_grad(1), needs_input_grad(2)});
+                      const char* name = "residual_layer_norm_backward";
+                      return {no_double_backward(name, lb.dx, {g, sv, wv}),
+                              no_double_backward(name, lb.dweight, {g, sv}),
+                              no_double_backward(name, lb.dbias, {g})};
+                    });
+  return {std::move(sum), std::move(y)};
 }
 
 }  // namespace ember

@@ -1,5 +1,7 @@
 // CPU driver for the fused nn family: softmax / log_softmax (forward and backward),
-// cross-entropy (log_softmax + NLL with ignore_index and label smoothing) and layer norm.
+// cross-entropy (log_softmax + NLL with ignore_index and label smoothing) and layer norm (with
+// the residual add fused in front of it for residual_layer_norm, and 16-bit y / dy around an
+// f32 computation: kernels/nn.h).
 //
 // Invariants:
 // - Each row (the elements along the reduced dim) is handled start to finish by one thread,
@@ -480,27 +482,53 @@ const C* param_as(const Tensor& t, int64_t cols, C fill, Buffer<C>& buf) {
   return buf.data();
 }
 
-template <class S>
-void layer_norm_fwd(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
-                    const Tensor& mean, const Tensor& rstd, int64_t cols, double eps) {
+// S: the normalized input's storage (x and sum), D: delta's, Y: y's (see kernels/nn.h).
+template <class S, class D, class Y>
+void layer_norm_fwd(const Tensor& x, const Tensor& delta, const Tensor& weight, const Tensor& bias,
+                    const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                    int64_t cols, double eps) {
   using C = compute_t<S>;
   const int64_t rows = mean.numel();
   Buffer<C> wbuf, bbuf;
   const C* w = param_as<C, S>(weight, cols, C(1), wbuf);
   const C* bi = param_as<C, S>(bias, cols, C(0), bbuf);
   const S* xp = x.data_ptr<S>();
-  S* yp = y.data_ptr<S>();
+  const D* dp = delta.defined() ? delta.data_ptr<D>() : nullptr;
+  S* sp = sum.defined() ? sum.data_ptr<S>() : nullptr;
+  Y* yp = y.data_ptr<Y>();
   C* mp = mean.data_ptr<C>();
   C* rp = rstd.data_ptr<C>();
   parallel_ranges(rows, cols, [&](int64_t b, int64_t e) {
-    Buffer<C> buf;
+    Buffer<C> buf, ybuf;
     for (int64_t r = b; r < e; ++r) {
-      const C* xr = load_row<C>(xp + r * cols, cols, 1, buf);
+      const C* xr;
+      if (dp) {
+        // The residual sum, rounded to S as it is stored: the statistics below are those of
+        // the stored sum, so y equals layer_norm(sum) exactly.
+        const S* xs = xp + r * cols;
+        const D* ds = dp + r * cols;
+        S* ss = sp + r * cols;
+        if constexpr (std::is_same_v<S, C>) {
+#pragma omp simd
+          for (int64_t k = 0; k < cols; ++k) ss[k] = xs[k] + C(ds[k]);
+          xr = ss;
+        } else {
+          buf.resize(size_t(cols));
+          for (int64_t k = 0; k < cols; ++k) {
+            const S v = S(C(xs[k]) + C(ds[k]));
+            ss[k] = v;
+            buf[k] = C(v);
+          }
+          xr = buf.data();
+        }
+      } else {
+        xr = load_row<C>(xp + r * cols, cols, 1, buf);
+      }
       // Two passes in f64: the mean, then the variance around it (no cancellation).
-      double sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t k = 0; k < cols; ++k) sum += double(xr[k]);
-      const double mu = sum / double(cols);
+      double total = 0;
+#pragma omp simd reduction(+ : total)
+      for (int64_t k = 0; k < cols; ++k) total += double(xr[k]);
+      const double mu = total / double(cols);
       double sq = 0;
 #pragma omp simd reduction(+ : sq)
       for (int64_t k = 0; k < cols; ++k) {
@@ -511,7 +539,8 @@ void layer_norm_fwd(const Tensor& x, const Tensor& weight, const Tensor& bias, c
       mp[r] = C(mu);
       rp[r] = C(rs);
       const C muc = C(mu), rsc = C(rs);
-      C* res = result_row<C>(yp + r * cols, cols, 1, buf);
+      // y is computed in C and rounded once to Y (so a 16-bit y equals the cast of the C one).
+      C* res = result_row<C>(yp + r * cols, cols, 1, ybuf);
 #pragma omp simd
       for (int64_t k = 0; k < cols; ++k) res[k] = (xr[k] - muc) * rsc * w[k] + bi[k];
       store_row(res, yp + r * cols, cols, 1);
@@ -519,7 +548,8 @@ void layer_norm_fwd(const Tensor& x, const Tensor& weight, const Tensor& bias, c
   });
 }
 
-template <class S>
+// G: the output gradient's storage, S's or (S f32) 16 bits, read and widened row by row.
+template <class S, class G>
 void layer_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
                     const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
                     const Tensor& dbias, int64_t cols) {
@@ -527,7 +557,7 @@ void layer_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, c
   const int64_t rows = mean.numel();
   Buffer<C> wbuf;
   const C* w = param_as<C, S>(weight, cols, C(1), wbuf);
-  const S* gp = grad.data_ptr<S>();
+  const G* gp = grad.data_ptr<G>();
   const S* xp = x.data_ptr<S>();
   const C* mp = mean.data_ptr<C>();
   const C* rp = rstd.data_ptr<C>();
@@ -623,11 +653,17 @@ void cross_entropy_bwd_kernel(const Tensor& grad, const Tensor& logits, const Te
   });
 }
 
-void layer_norm_fwd_kernel(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                           const Tensor& y, const Tensor& mean, const Tensor& rstd, int64_t cols,
-                           double eps) {
+void layer_norm_fwd_kernel(const Tensor& x, const Tensor& delta, const Tensor& weight,
+                           const Tensor& bias, const Tensor& sum, const Tensor& y,
+                           const Tensor& mean, const Tensor& rstd, int64_t cols, double eps) {
   visit_floating(x.dtype(), [&](auto tag) {
-    layer_norm_fwd<decltype(tag)>(x, weight, bias, y, mean, rstd, cols, eps);
+    using S = decltype(tag);
+    visit_layer_norm_side<S>(delta.defined() ? delta.dtype() : x.dtype(), [&](auto dtag) {
+      visit_layer_norm_side<S>(y.dtype(), [&](auto ytag) {
+        layer_norm_fwd<S, decltype(dtag), decltype(ytag)>(x, delta, weight, bias, sum, y, mean,
+                                                          rstd, cols, eps);
+      });
+    });
   });
 }
 
@@ -635,7 +671,10 @@ void layer_norm_bwd_kernel(const Tensor& grad, const Tensor& x, const Tensor& we
                            const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                            const Tensor& dweight, const Tensor& dbias, int64_t cols) {
   visit_floating(x.dtype(), [&](auto tag) {
-    layer_norm_bwd<decltype(tag)>(grad, x, weight, mean, rstd, dx, dweight, dbias, cols);
+    using S = decltype(tag);
+    visit_layer_norm_side<S>(grad.dtype(), [&](auto gtag) {
+      layer_norm_bwd<S, decltype(gtag)>(grad, x, weight, mean, rstd, dx, dweight, dbias, cols);
+    });
   });
 }
 

@@ -1,5 +1,7 @@
 // CUDA driver for the fused nn family (mirror of ops/cpu/nn.cpp): softmax / log_softmax
-// forward and backward, cross-entropy forward and backward, layer norm forward and backward.
+// forward and backward, cross-entropy forward and backward, layer norm forward and backward
+// (the forward optionally fused with the residual add before it, y and dy optionally 16-bit
+// around an f32 computation: kernels/nn.h).
 //
 // Invariants:
 // - Row kernels: a group of G threads (one block row; G a multiple of 32 from the row length
@@ -549,30 +551,52 @@ void cross_entropy_bwd(const Tensor& grad, const Tensor& logits, const Tensor& t
 
 // ---- layer norm ----
 
-template <class S>
-__global__ void layer_norm_fwd_kernel(const S* x, const S* weight, const S* bias, S* y,
-                                      compute_t<S>* mean, compute_t<S>* rstd, int64_t rows,
-                                      int64_t cols, acc_t<S> eps, int64_t cache_len) {
+// v rounded to storage type S and widened back: the value a store to S and a reload give.
+template <class S, class C>
+__device__ __forceinline__ C round_to(C v) {
+  if constexpr (std::is_same_v<S, Half>) return __half2float(__float2half_rn(float(v)));
+  else if constexpr (std::is_same_v<S, BFloat16>) return __bfloat162float(__float2bfloat16_rn(float(v)));
+  else return C(S(v));
+}
+
+// S: the normalized input's storage (x and sum), D: delta's, Y: y's (kernels/nn.h). With a
+// delta the row is x + delta rounded to S, written to sum; the statistics are those of the
+// stored sum, so y equals the plain kernel's y on that sum bit for bit.
+template <class S, class D, class Y>
+__global__ void layer_norm_fwd_kernel(const S* x, const D* delta, const S* weight, const S* bias,
+                                      S* sum, Y* y, compute_t<S>* mean, compute_t<S>* rstd,
+                                      int64_t rows, int64_t cols, acc_t<S> eps, int64_t cache_len) {
   using C = compute_t<S>;
   using A = acc_t<S>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const RowSmem<A, C> sm = row_smem<A, C>(smem_raw, cache_len);
   const int64_t r = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool valid = r < rows;
-  const S* xr = x + (valid ? r : 0) * cols;
+  const int64_t base = (valid ? r : 0) * cols;
+  const S* xr = x + base;
+  // Where the later passes reread the row without a cache: x, or the stored sum (each
+  // thread rereads only the elements it wrote itself, so no barrier is needed).
+  const S* vr = delta ? sum + base : xr;
+  auto row_value = [&](int64_t k) -> C { return sm.cache ? sm.cache[k] : load_c(vr + k); };
   // Two passes (the mean, then squares around it): no cancellation for large offsets.
-  A sum = A(0);
+  A total = A(0);
   if (valid)
     for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) {
-      const C v = load_c(xr + k);
+      C v;
+      if (delta) {
+        v = round_to<S>(C(load_c(xr + k) + load_c(delta + base + k)));
+        store_c(sum + base + k, v);
+      } else {
+        v = load_c(xr + k);
+      }
       if (sm.cache) sm.cache[k] = v;
-      sum += A(v);
+      total += A(v);
     }
-  const A mu = row_reduce(sum, Plus<A>{}, sm.red, true) / A(cols);
+  const A mu = row_reduce(total, Plus<A>{}, sm.red, true) / A(cols);
   A sq = A(0);
   if (valid)
     for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) {
-      const A d = A(sm.cache ? sm.cache[k] : load_c(xr + k)) - mu;
+      const A d = A(row_value(k)) - mu;
       sq += d * d;
     }
   sq = row_reduce(sq, Plus<A>{}, sm.red, true);
@@ -583,17 +607,18 @@ __global__ void layer_norm_fwd_kernel(const S* x, const S* weight, const S* bias
     rstd[r] = C(rs);
   }
   const C muc = C(mu), rsc = C(rs);
-  S* yr = y + r * cols;
+  Y* yr = y + base;
   for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) {
-    const C v = sm.cache ? sm.cache[k] : load_c(xr + k);
+    const C v = row_value(k);
     const C w = weight ? load_c(weight + k) : C(1), b = bias ? load_c(bias + k) : C(0);
     store_c(yr + k, (v - muc) * rsc * w + b);
   }
 }
 
 // dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat)), one row per group.
-template <class S>
-__global__ void layer_norm_bwd_kernel(const S* grad, const S* x, const S* weight,
+// G: the output gradient's storage (S's, or 16 bits when S is f32), widened on load.
+template <class S, class G>
+__global__ void layer_norm_bwd_kernel(const G* grad, const S* x, const S* weight,
                                       const compute_t<S>* mean, const compute_t<S>* rstd, S* dx,
                                       int64_t rows, int64_t cols) {
   using C = compute_t<S>;
@@ -601,13 +626,13 @@ __global__ void layer_norm_bwd_kernel(const S* grad, const S* x, const S* weight
   __shared__ Pair<A> smem[kBlockThreads / 32 * 32];  // 32 per block row, rows_per_block <= 8
   const int64_t r = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool valid = r < rows;
-  const S* gr = grad + (valid ? r : 0) * cols;
+  const G* gr = grad + (valid ? r : 0) * cols;
   const S* xr = x + (valid ? r : 0) * cols;
   const C mu = valid ? mean[r] : C(0), rs = valid ? rstd[r] : C(0);
   Pair<A> ab{A(0), A(0)};
   if (valid)
     for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) {
-      const A gw = A(load_c(gr + k)) * A(weight ? load_c(weight + k) : C(1));
+      const A gw = A(C(load_c(gr + k))) * A(weight ? load_c(weight + k) : C(1));
       ab.a += gw;
       ab.b += gw * A((load_c(xr + k) - mu) * rs);
     }
@@ -618,14 +643,14 @@ __global__ void layer_norm_bwd_kernel(const S* grad, const S* x, const S* weight
   for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) {
     const C xhat = (load_c(xr + k) - mu) * rs;
     const C w = weight ? load_c(weight + k) : C(1);
-    store_c(dr + k, rs * (load_c(gr + k) * w - ma - xhat * mb));
+    store_c(dr + k, rs * (C(load_c(gr + k)) * w - ma - xhat * mb));
   }
 }
 
 // dweight / dbias, pass 1: block (bx = 32 columns) x (by row lanes) sums the rows of one
 // chunk for its columns; lanes are combined in lane order. Partials are [chunks, cols].
-template <class S>
-__global__ void layer_norm_param_grad_kernel(const S* grad, const S* x, const compute_t<S>* mean,
+template <class S, class G>
+__global__ void layer_norm_param_grad_kernel(const G* grad, const S* x, const compute_t<S>* mean,
                                              const compute_t<S>* rstd, int64_t rows, int64_t cols,
                                              int64_t chunk_rows, acc_t<S>* pdw, acc_t<S>* pdb) {
   using C = compute_t<S>;
@@ -637,7 +662,7 @@ __global__ void layer_norm_param_grad_kernel(const S* grad, const S* x, const co
   if (k < cols) {
     const int64_t r1 = min64(rows, (chunk + 1) * chunk_rows);
     for (int64_t r = chunk * chunk_rows + threadIdx.y; r < r1; r += blockDim.y) {
-      const C g = load_c(grad + r * cols + k);
+      const C g = C(load_c(grad + r * cols + k));
       acc.a += A(g) * A((load_c(x + r * cols + k) - mean[r]) * rstd[r]);
       acc.b += A(g);
     }
@@ -677,25 +702,29 @@ const S* ptr_or_null(const Tensor& t) {
   return t.defined() ? static_cast<const S*>(t.data_ptr()) : nullptr;
 }
 
-template <class S>
-void layer_norm_fwd(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
-                    const Tensor& mean, const Tensor& rstd, int64_t cols, double eps) {
+template <class S, class D, class Y>
+void layer_norm_fwd(const Tensor& x, const Tensor& delta, const Tensor& weight, const Tensor& bias,
+                    const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                    int64_t cols, double eps) {
   using C = compute_t<S>;
   using A = acc_t<S>;
   const int64_t rows = mean.numel();
   const auto on = ember::cuda::detail::on_device(x.device());
   cudaStream_t stream = on.stream;
+  // The same launch shape with or without a delta: the reduction order, hence every bit of
+  // y, mean and rstd, is that of the plain layer norm of the stored sum.
   const RowLaunch l = row_launch(rows, cols);
   const int64_t cache = cache_len_for<C>(cols, l.rows_per_block, 1);
-  layer_norm_fwd_kernel<S><<<unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)),
-                             RowSmem<A, C>::bytes(l.rows_per_block, cache), stream>>>(
-      static_cast<const S*>(x.data_ptr()), ptr_or_null<S>(weight), ptr_or_null<S>(bias),
-      static_cast<S*>(y.data_ptr()), static_cast<C*>(mean.data_ptr()),
+  layer_norm_fwd_kernel<S, D, Y><<<unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)),
+                                   RowSmem<A, C>::bytes(l.rows_per_block, cache), stream>>>(
+      static_cast<const S*>(x.data_ptr()), ptr_or_null<D>(delta), ptr_or_null<S>(weight),
+      ptr_or_null<S>(bias), sum.defined() ? static_cast<S*>(sum.data_ptr()) : nullptr,
+      static_cast<Y*>(y.data_ptr()), static_cast<C*>(mean.data_ptr()),
       static_cast<C*>(rstd.data_ptr()), rows, cols, A(eps), cache);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
-template <class S>
+template <class S, class G>
 void layer_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
                     const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
                     const Tensor& dbias, int64_t cols) {
@@ -705,13 +734,13 @@ void layer_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, c
   if (cols == 0) return;  // dx, dweight and dbias are empty: nothing to write (an empty grid is an error)
   const auto on = ember::cuda::detail::on_device(x.device());
   cudaStream_t stream = on.stream;
-  const S* gp = static_cast<const S*>(grad.data_ptr());
+  const G* gp = static_cast<const G*>(grad.data_ptr());
   const S* xp = static_cast<const S*>(x.data_ptr());
   const C* mp = static_cast<const C*>(mean.data_ptr());
   const C* rp = static_cast<const C*>(rstd.data_ptr());
   if (dx.defined()) {
     const RowLaunch l = row_launch(rows, cols);
-    layer_norm_bwd_kernel<S><<<unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)),
+    layer_norm_bwd_kernel<S, G><<<unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)),
                                0, stream>>>(gp, xp, ptr_or_null<S>(weight), mp, rp,
                                             static_cast<S*>(dx.data_ptr()), rows, cols);
     EMBER_CUDA_CHECK_LAUNCH();
@@ -729,7 +758,7 @@ void layer_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, c
   Tensor parts = detail::make_tensor({2 * nparts * int64_t(sizeof(A))}, DType::u8, x.device());
   A* pdw = dweight.defined() ? static_cast<A*>(parts.data_ptr()) : nullptr;
   A* pdb = dbias.defined() ? static_cast<A*>(parts.data_ptr()) + nparts : nullptr;
-  layer_norm_param_grad_kernel<S><<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(bx, by), 0,
+  layer_norm_param_grad_kernel<S, G><<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(bx, by), 0,
                                     stream>>>(gp, xp, mp, rp, rows, cols, chunk_rows, pdw, pdb);
   EMBER_CUDA_CHECK_LAUNCH();
   layer_norm_param_finish_kernel<S><<<unsigned(blocks_for_threads(cols)), kBlockThreads, 0, stream>>>(
@@ -770,11 +799,17 @@ void cross_entropy_bwd_kernel(const Tensor& grad, const Tensor& logits, const Te
   });
 }
 
-void layer_norm_fwd_kernel(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                           const Tensor& y, const Tensor& mean, const Tensor& rstd, int64_t cols,
-                           double eps) {
+void layer_norm_fwd_kernel(const Tensor& x, const Tensor& delta, const Tensor& weight,
+                           const Tensor& bias, const Tensor& sum, const Tensor& y,
+                           const Tensor& mean, const Tensor& rstd, int64_t cols, double eps) {
   visit_floating(x.dtype(), [&](auto tag) {
-    layer_norm_fwd<decltype(tag)>(x, weight, bias, y, mean, rstd, cols, eps);
+    using S = decltype(tag);
+    visit_layer_norm_side<S>(delta.defined() ? delta.dtype() : x.dtype(), [&](auto dtag) {
+      visit_layer_norm_side<S>(y.dtype(), [&](auto ytag) {
+        layer_norm_fwd<S, decltype(dtag), decltype(ytag)>(x, delta, weight, bias, sum, y, mean,
+                                                          rstd, cols, eps);
+      });
+    });
   });
 }
 
@@ -782,7 +817,10 @@ void layer_norm_bwd_kernel(const Tensor& grad, const Tensor& x, const Tensor& we
                            const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                            const Tensor& dweight, const Tensor& dbias, int64_t cols) {
   visit_floating(x.dtype(), [&](auto tag) {
-    layer_norm_bwd<decltype(tag)>(grad, x, weight, mean, rstd, dx, dweight, dbias, cols);
+    using S = decltype(tag);
+    visit_layer_norm_side<S>(grad.dtype(), [&](auto gtag) {
+      layer_norm_bwd<S, decltype(gtag)>(grad, x, weight, mean, rstd, dx, dweight, dbias, cols);
+    });
   });
 }
 

@@ -18,7 +18,8 @@ void cross_entropy_bwd_kernel(const Tensor&, const Tensor&, const Tensor&, const
   EMBER_NO_CUDA("cross_entropy_backward");
 }
 void layer_norm_fwd_kernel(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                           const Tensor&, const Tensor&, int64_t, double) {
+                           const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
+                           double) {
   EMBER_NO_CUDA("layer_norm");
 }
 void layer_norm_bwd_kernel(const Tensor&, const Tensor&, const Tensor&, const Tensor&,

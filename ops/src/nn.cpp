@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "ember/ops/elementwise.h"
 #include "kernels/nn.h"
@@ -155,13 +156,16 @@ Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Te
 // ---- layer norm ----
 
 namespace {
-void check_affine(const Tensor& t, const char* what, const Tensor& x, const Shape& ns) {
+// weight/bias of a layer norm whose normalized input has dtype `dtype` and lives on `like`'s
+// device.
+void check_affine(const char* op, const Tensor& t, const char* what, const Tensor& like, DType dtype,
+                  const Shape& ns) {
   if (!t.defined()) return;
-  detail::check_same_device("layer_norm", x, t);
-  EMBER_CHECK(t.sizes() == ns, ShapeError, "[layer_norm] ", what, " of shape ", t.sizes(),
+  detail::check_same_device(op, like, t);
+  EMBER_CHECK(t.sizes() == ns, ShapeError, "[", op, "] ", what, " of shape ", t.sizes(),
               " must have the normalized shape ", ns);
-  EMBER_CHECK(t.dtype() == x.dtype(), DTypeError, "[layer_norm] ", what, " has dtype ",
-              t.dtype(), " but the input has dtype ", x.dtype());
+  EMBER_CHECK(t.dtype() == dtype, DTypeError, "[", op, "] ", what, " has dtype ", t.dtype(),
+              " but the input has dtype ", dtype);
 }
 
 // The rows layer_norm normalizes (the product of the dims before normalized_shape), after
@@ -178,6 +182,15 @@ int64_t layer_norm_rows(const char* op, const Tensor& x, const Shape& ns) {
   for (int64_t i = 0; i < x.dim() - k; ++i) rows *= x.sizes()[i];
   return rows;
 }
+
+bool is_16bit(DType t) { return t == DType::f16 || t == DType::bf16; }
+
+// The dtypes a layer-norm kernel reads or writes beside the normalized input's dtype `s`
+// (delta, y, the output gradient): `s` itself, or 16 bits around an f32 computation (the
+// kernels are instantiated for those pairs only).
+bool kernel_side_dtype(DType side, DType s) { return side == s || (s == DType::f32 && is_16bit(side)); }
+
+Tensor affine_arg(const Tensor& t) { return t.defined() ? contiguous(t) : Tensor(); }
 }  // namespace
 
 LayerNormForward layer_norm_forward(const Tensor& x, const Shape& ns, const Tensor& weight,
@@ -185,8 +198,8 @@ LayerNormForward layer_norm_forward(const Tensor& x, const Shape& ns, const Tens
   detail::check_defined("layer_norm", x);
   check_floating("layer_norm", x, "input");
   const int64_t rows = layer_norm_rows("layer_norm", x, ns);
-  check_affine(weight, "weight", x, ns);
-  check_affine(bias, "bias", x, ns);
+  check_affine("layer_norm", weight, "weight", x, x.dtype(), ns);
+  check_affine("layer_norm", bias, "bias", x, x.dtype(), ns);
   EMBER_CHECK(eps >= 0.0, ValueError, "[layer_norm] eps must be >= 0, got ", eps);
 
   const int64_t cols = ns.numel();
@@ -196,10 +209,47 @@ LayerNormForward layer_norm_forward(const Tensor& x, const Shape& ns, const Tens
   out.mean = detail::make_tensor({rows}, st, x.device());
   out.rstd = detail::make_tensor({rows}, st, x.device());
   if (rows == 0) return out;
-  EMBER_DISPATCH_KERNEL(x.device(), layer_norm_fwd_kernel, contiguous(x),
-                        weight.defined() ? contiguous(weight) : Tensor(),
-                        bias.defined() ? contiguous(bias) : Tensor(), out.y, out.mean, out.rstd,
-                        cols, eps);
+  EMBER_DISPATCH_KERNEL(x.device(), layer_norm_fwd_kernel, contiguous(x), Tensor(), affine_arg(weight),
+                        affine_arg(bias), Tensor(), out.y, out.mean, out.rstd, cols, eps);
+  return out;
+}
+
+ResidualLayerNormForward residual_layer_norm_forward(const Tensor& x, const Tensor& delta, const Shape& ns,
+                                                     const Tensor& weight, const Tensor& bias, double eps,
+                                                     DType y_dtype) {
+  const char* op = "residual_layer_norm";
+  detail::check_defined(op, x);
+  detail::check_defined(op, delta, "delta");
+  detail::check_same_device(op, x, delta);
+  check_floating(op, x, "input");
+  check_floating(op, delta, "delta");
+  EMBER_CHECK(delta.sizes() == x.sizes(), ShapeError, "[", op, "] delta of shape ", delta.sizes(),
+              " must have the input's shape ", x.sizes(), " (no broadcasting)");
+  const DType s = promote_types(x.dtype(), delta.dtype());
+  EMBER_CHECK(kernel_side_dtype(y_dtype, s), DTypeError, "[", op, "] output dtype ", y_dtype,
+              " must be the sum's dtype ", s, ", or f16/bf16 when the sum is f32");
+  const int64_t rows = layer_norm_rows(op, x, ns);
+  check_affine(op, weight, "weight", x, s, ns);
+  check_affine(op, bias, "bias", x, s, ns);
+  EMBER_CHECK(eps >= 0.0, ValueError, "[", op, "] eps must be >= 0, got ", eps);
+
+  // The kernel reads `a` in the sum's dtype and `b` in it or in 16 bits. x + delta == delta + x
+  // bit for bit, so the operands may be swapped; a pair neither of which is the sum's dtype
+  // (f16 + bf16) or a wide delta (f32 into an f64 sum) is cast first, off the GPT path.
+  Tensor a = x, b = delta;
+  if (a.dtype() != s) std::swap(a, b);
+  if (a.dtype() != s) a = cast(a, s);
+  if (!kernel_side_dtype(b.dtype(), s)) b = cast(b, s);
+
+  const DType st = stats_dtype(s);
+  ResidualLayerNormForward out;
+  out.sum = detail::make_tensor(x.sizes(), s, x.device());
+  out.y = detail::make_tensor(x.sizes(), y_dtype, x.device());
+  out.mean = detail::make_tensor({rows}, st, x.device());
+  out.rstd = detail::make_tensor({rows}, st, x.device());
+  if (rows == 0) return out;
+  EMBER_DISPATCH_KERNEL(x.device(), layer_norm_fwd_kernel, contiguous(a), contiguous(b), affine_arg(weight),
+                        affine_arg(bias), out.sum, out.y, out.mean, out.rstd, ns.numel(), eps);
   return out;
 }
 
@@ -215,7 +265,7 @@ LayerNormBackward layer_norm_backward(const Tensor& grad, const Tensor& x, const
               grad.sizes(), " does not match the input shape ", x.sizes());
   const int64_t rows = layer_norm_rows(op, x, ns);
   for (const Tensor* t : {&mean, &rstd}) check_row_stats(op, "mean and rstd", *t, rows, x.dtype());
-  check_affine(weight, "weight", x, ns);
+  check_affine(op, weight, "weight", x, x.dtype(), ns);
   LayerNormBackward out;
   if (needs[0]) out.dx = detail::make_tensor(x.sizes(), x.dtype(), x.device());
   if (needs[1] && weight.defined()) out.dweight = detail::make_tensor(ns, x.dtype(), x.device());
@@ -226,9 +276,10 @@ LayerNormBackward layer_norm_backward(const Tensor& grad, const Tensor& x, const
     if (out.dbias.defined()) fill_(out.dbias, 0);
     return out;
   }
-  EMBER_DISPATCH_KERNEL(x.device(), layer_norm_bwd_kernel, contiguous(cast(grad, x.dtype())),
-                        contiguous(x), weight.defined() ? contiguous(weight) : Tensor(), mean,
-                        rstd, out.dx, out.dweight, out.dbias, ns.numel());
+  // A 16-bit gradient of an f32 layer norm (its y was written in 16 bits) is read as it is.
+  const Tensor g = kernel_side_dtype(grad.dtype(), x.dtype()) ? grad : cast(grad, x.dtype());
+  EMBER_DISPATCH_KERNEL(x.device(), layer_norm_bwd_kernel, contiguous(g), contiguous(x), affine_arg(weight),
+                        mean, rstd, out.dx, out.dweight, out.dbias, ns.numel());
   return out;
 }
 

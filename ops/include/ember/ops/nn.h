@@ -67,9 +67,37 @@ LayerNormForward layer_norm_forward(const Tensor& x, const Shape& normalized_sha
 struct LayerNormBackward {
   Tensor dx, dweight, dbias;  // undefined where not requested
 };
+// grad may be in x's dtype or, when x is f32, in f16/bf16 (the output gradient of a layer
+// norm whose y was written in 16 bits): the kernel reads it as it is, no cast pass. Other
+// dtypes are cast to x's. The gradients are in x's dtype.
 LayerNormBackward layer_norm_backward(const Tensor& grad, const Tensor& x,
                                       const Shape& normalized_shape, const Tensor& weight,
                                       const Tensor& mean, const Tensor& rstd,
                                       std::array<bool, 3> needs);
+
+// ---- residual_layer_norm: ember's fused pre-LN residual step (PyTorch has no such op) ----
+// sum = x + delta; y = layer_norm(sum). One pass reads x and delta once and writes sum, y,
+// mean and rstd, where the composite reads and writes sum twice more (and, under autocast, y
+// once more for the cast its GEMM consumer would do).
+//   - x and delta have one shape (no broadcasting), any strides, floating dtypes; sum is
+//     contiguous in promote(x, delta) (GPT: the f32 residual stream plus a bf16 delta).
+//   - The statistics are computed from sum as stored (rounded to its dtype), so y, mean and
+//     rstd equal layer_norm_forward(sum, ...) exactly.
+//   - weight and bias: as layer_norm's, in sum's dtype.
+//   - y is written in y_dtype: sum's dtype, or f16/bf16 when sum is f32 (rounded once from the
+//     f32 result, which equals casting layer_norm's f32 y). The autograd op picks it (the
+//     autocast rule in ember/functions.h); ops never look at autocast.
+// Backward: sum's gradient is the layer_norm_backward of y's (any of y's dtypes above) plus
+// whatever else reads sum; x and delta each receive that total.
+struct ResidualLayerNormForward {
+  Tensor sum;   // x's shape, promote(x, delta), contiguous
+  Tensor y;     // x's shape, y_dtype, contiguous
+  Tensor mean;  // [rows] in the stats dtype of sum
+  Tensor rstd;  // [rows] in the stats dtype of sum
+};
+ResidualLayerNormForward residual_layer_norm_forward(const Tensor& x, const Tensor& delta,
+                                                     const Shape& normalized_shape,
+                                                     const Tensor& weight, const Tensor& bias,
+                                                     double eps, DType y_dtype);
 
 }  // namespace ember::ops
