@@ -1,20 +1,15 @@
 // CUDA driver for the fused optimizer updates (Adam/AdamW, SGD with momentum): a
-// multi-tensor apply. The host writes a table (pointers, sizes, per-tensor scalars) into the
-// kernel's parameter block and launches one kernel over the chunks of every tensor in it.
+// multi-tensor apply (ops/cuda/multi_tensor.cuh, Note [multi-tensor tables]). The host writes
+// a table (pointers, sizes, per-tensor scalars) into the kernel's parameter block and launches
+// one kernel over the chunks of every tensor in it.
 //
 // Invariants:
 // - One launch per parameter dtype present (usually one), and within a dtype one launch per
-//   kMaxTensors tensors (a table must fit the 32 KiB kernel-parameter limit of CUDA >= 12.1 on
-//   sm_70+; ember targets sm_90). Block b handles chunk b of the launch: tensor i owns blocks
-//   [chunk_begin[i], chunk_begin[i + 1]) and a chunk is kChunk elements of one tensor.
-// - The table is passed as a __grid_constant__ parameter, so indexing it with a block-
-//   dependent tensor number reads the constant bank directly (no local copy of 16 KiB per
-//   thread) and there is no host-to-device copy, allocation or synchronization per step.
+//   kMaxTensorsPerLaunch tensors. Block b handles chunk b of the launch.
 // - The math is the CPU driver's (ops/cpu/optim.cpp), element for element, in the compute
 //   type (double for f64, float otherwise); only FMA contraction may differ in the last bit.
 // - Launches go to this thread's current stream, like every other ops/cuda launch, and each
 //   is followed by a check of the last error.
-#include <climits>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -23,37 +18,14 @@
 #include "ember/cuda/device_guard.h"
 #include "ember/cuda/stream_handle.h"
 #include "kernels/optim.h"
+#include "multi_tensor.cuh"
 
 namespace ember::ops::cuda {
 
 namespace {
 
 constexpr int kThreads = 512;
-constexpr int64_t kChunk = 16384;  // elements per block (32 per thread)
-constexpr int kMaxTensors = 256;
-
-template <int Depth>
-struct TensorTable {
-  int n;                                 // tensors in this launch
-  int64_t chunk_begin[kMaxTensors + 1];  // first block of each tensor; [n] = blocks in all
-  void* ptr[Depth][kMaxTensors];         // operand d of tensor i
-  int64_t numel[kMaxTensors];
-  double a[kMaxTensors];                 // per-tensor scalars: Adam step size; SGD first flag
-  double b[kMaxTensors];                 // Adam sqrt(1 - beta2^t)
-};
-static_assert(sizeof(TensorTable<4>) <= 32000, "a tensor table must fit the kernel parameters");
-
-// The tensor whose chunks contain this block: the last i with chunk_begin[i] <= block.
-template <int Depth>
-__device__ __forceinline__ int tensor_of_block(const TensorTable<Depth>& t, int64_t block) {
-  int lo = 0, hi = t.n - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (t.chunk_begin[mid] <= block) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
+constexpr int64_t kChunk = kMultiTensorChunk;  // elements per block (32 per thread)
 
 template <class C>
 __device__ __forceinline__ C device_sqrt(C x) {
@@ -155,55 +127,13 @@ __global__ void sgd_multi_tensor_kernel(const __grid_constant__ TensorTable<3> t
   }
 }
 
-// Tensor indices grouped by parameter dtype, each group in list order.
-std::vector<std::pair<DType, std::vector<size_t>>> by_dtype(const TensorList& params) {
-  std::vector<std::pair<DType, std::vector<size_t>>> groups;
-  for (size_t i = 0; i < params.size(); ++i) {
-    auto it = groups.begin();
-    while (it != groups.end() && it->first != params[i].dtype()) ++it;
-    if (it == groups.end()) groups.push_back({params[i].dtype(), {i}});
-    else it->second.push_back(i);
-  }
-  return groups;
-}
-
-// Fills tables with the tensors `idx` (set_row(table, row, i) writes pointers and scalars)
-// and calls launch(table, blocks) for each full table and the last one.
-template <int Depth, class SetRow, class Launch>
-void launch_tables(const TensorList& params, const std::vector<size_t>& idx, SetRow set_row,
-                   Launch launch) {
-  TensorTable<Depth> t;
-  t.n = 0;
-  int64_t blocks = 0;
-  auto flush = [&] {
-    if (t.n == 0) return;
-    t.chunk_begin[t.n] = blocks;
-    launch(t, blocks);
-    t.n = 0;
-    blocks = 0;
-  };
-  for (size_t i : idx) {
-    const int64_t n = params[i].numel();
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
-    if (t.n == kMaxTensors || blocks + chunks > int64_t(INT_MAX)) flush();
-    EMBER_CHECK(chunks <= int64_t(INT_MAX), ShapeError, "[optim cuda] a tensor of ", n,
-                " elements exceeds the launch limit");
-    t.chunk_begin[t.n] = blocks;
-    t.numel[t.n] = n;
-    set_row(t, t.n, i);
-    blocks += chunks;
-    ++t.n;
-  }
-  flush();
-}
-
 // One multi-tensor launch per dtype (and per full table). row_scalars(i) gives tensor i's
 // (a, b) table entries: the host scalars, or with a schedule the index into its steps.
 template <class RowScalars>
 void launch_adam(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
                  const TensorList& exp_avg_sqs, const AdamStepParams& hp, const DeviceSchedule& sched,
                  RowScalars row_scalars, cudaStream_t stream) {
-  for (const auto& [dtype, idx] : by_dtype(params)) {
+  for (const auto& [dtype, idx] : group_by_dtype(params)) {
     visit_floating(dtype, [&](auto tag) {
       using P = decltype(tag);
       using S = state_t<P>;
@@ -271,7 +201,7 @@ void sgd_step_kernel(const TensorList& params, const TensorList& grads,
   const auto on = ember::cuda::detail::on_device(params[0].device().index);
   cudaStream_t stream = on.stream;
   const bool has_momentum = hp.momentum != 0;
-  for (const auto& [dtype, idx] : by_dtype(params)) {
+  for (const auto& [dtype, idx] : group_by_dtype(params)) {
     visit_floating(dtype, [&](auto tag) {
       using P = decltype(tag);
       using S = state_t<P>;

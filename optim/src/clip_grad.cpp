@@ -1,6 +1,14 @@
-// clip_grad_norm_: PyTorch's torch.nn.utils.clip_grad_norm_ (1.13) written with ember ops,
-// so it runs on any device without a host synchronization: the clip coefficient stays a
-// 0-dim device tensor and every gradient is multiplied by it (1 when no clipping is due).
+// clip_grad_norm_: PyTorch's torch.nn.utils.clip_grad_norm_ written with ember ops, so it
+// runs on any device without a host synchronization: the clip coefficient stays a 0-dim
+// device tensor and every gradient is multiplied by it (1 when no clipping is due).
+//
+// Two paths, as PyTorch 2's foreach and per-tensor ones: when every gradient is on one device
+// (the usual case) the total norm is one ops::foreach_norm and the scaling one
+// ops::foreach_mul_ (on CUDA a handful of launches for any number of parameters, instead of
+// two or three per parameter); otherwise, and for norm_type 0 (whose PyTorch meaning, the
+// number of non-zero per-tensor norms, is not a norm of all elements), PyTorch 1.13's
+// per-tensor composite. The two agree up to the rounding of the summation order, except that
+// the foreach norm does not round a 16-bit gradient's own norm to 16 bits first.
 #include "ember/optim/clip_grad.h"
 
 #include <cmath>
@@ -9,6 +17,7 @@
 #include "ember/factory.h"
 #include "ember/functions.h"
 #include "ember/grad_mode.h"
+#include "ember/ops/foreach.h"
 
 namespace ember::optim {
 
@@ -30,17 +39,25 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
                 "[clip_grad_norm_] gradients must be floating-point, got ", g.dtype());
     if (g.dtype() == DType::f64) norm_dtype = DType::f64;
   }
-  const bool inf_norm = std::isinf(norm_type) && norm_type > 0;
-  std::vector<Tensor> norms;
-  norms.reserve(grads.size());
-  for (const Tensor& g : grads) {
-    // Each gradient's norm in its own dtype's compute precision, gathered on the first
-    // gradient's device in one dtype (PyTorch: norm(g).to(device)).
-    Tensor n = inf_norm ? amax(abs(g)) : norm(g, norm_type);
-    norms.push_back(n.to(device, norm_dtype));
+  bool one_device = true;
+  for (const Tensor& g : grads) one_device &= g.device() == device;
+  const bool foreach = one_device && norm_type != 0;
+  Tensor total;
+  if (foreach) {
+    total = ops::foreach_norm(grads, norm_type);
+  } else {
+    const bool inf_norm = std::isinf(norm_type) && norm_type > 0;
+    std::vector<Tensor> norms;
+    norms.reserve(grads.size());
+    for (const Tensor& g : grads) {
+      // Each gradient's norm in its own dtype's compute precision, gathered on the first
+      // gradient's device in one dtype (PyTorch: norm(g).to(device)).
+      Tensor n = inf_norm ? amax(abs(g)) : norm(g, norm_type);
+      norms.push_back(n.to(device, norm_dtype));
+    }
+    Tensor all = stack(norms);
+    total = inf_norm ? amax(all) : norm(all, norm_type);
   }
-  Tensor all = stack(norms);
-  Tensor total = inf_norm ? amax(all) : norm(all, norm_type);
   if (error_if_nonfinite) {
     const double t = total.item<double>();
     EMBER_CHECK(std::isfinite(t), ValueError, "[clip_grad_norm_] the total norm of order ",
@@ -48,6 +65,10 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
                 "), so it cannot be clipped; pass error_if_nonfinite = false to scale anyway");
   }
   Tensor coef = clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
+  if (foreach) {
+    ops::foreach_mul_(grads, coef);
+    return total;
+  }
   for (Tensor g : grads) g.mul_(g.device() == device ? coef : coef.to(g.device()));
   return total;
 }
