@@ -7,8 +7,9 @@
 # --python; bench_mnist twice: the mlp and --model cnn), then bench/compile_time.sh. --gpu: the GPU rows only —
 #   bench_gpt --preset gpt2-small --device cuda --amp bf16 -B 16 -T 1024   (eager torch peer)
 #   the same with --compile                                                (torch.compile peer)
-#   bench_mnist --device cuda (mlp, mlp --cuda-graph, cnn), bench_matmul, bench_bandwidth,
-#   bench_allocator, bench_pathological.
+#   bench_mnist --device cuda (mlp, mlp --cuda-graph, cnn), bench_attention --device cuda
+#   (bf16 against torch's flash SDPA), bench_matmul, bench_bandwidth, bench_allocator,
+#   bench_pathological.
 # The Python is --python, else $EMBER_PYTHON, else the first of python3 and /usr/bin/python3
 # that imports torch (the GPU machine's own PyTorch; Debian's python3-torch on a CPU machine).
 #
@@ -28,7 +29,7 @@ while [[ $# -gt 0 ]]; do
     --bin) bin="$2"; shift ;;
     --out) out="$2"; shift ;;
     --python) python="$2"; shift ;;
-    -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "run_all: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -75,6 +76,7 @@ if [[ $mode == gpu ]]; then
   run "$bin/bench_mnist" --device cuda --model mlp --python "$python"
   run "$bin/bench_mnist" --device cuda --model mlp --cuda-graph --python "$python"
   run "$bin/bench_mnist" --device cuda --model cnn --python "$python"
+  run "$bin/bench_attention" --device cuda --python "$python"
   run "$bin/bench_matmul" --python "$python"
   for b in bench_bandwidth bench_allocator bench_pathological; do [[ -x "$bin/$b" ]] && run "$bin/$b"; done
 else
@@ -82,7 +84,7 @@ else
     [[ -x "$b" && -f "$b" ]] || continue
     case "$(basename "$b")" in
       bench_mnist) run "$b" --python "$python"; run "$b" --model cnn --python "$python" ;;
-      bench_gpt | bench_matmul) run "$b" --python "$python" ;;
+      bench_gpt | bench_matmul | bench_attention) run "$b" --python "$python" ;;
       *) run "$b" ;;
     esac
   done
