@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include "ember/autograd/engine.h"
 #include "ember/factory.h"
@@ -51,6 +52,13 @@ Tensor maybe_dropout(const Tensor& x, double p, bool training) {
   return p > 0 && training ? F::dropout(x, p, true) : x;
 }
 
+// {x + delta, ln(x + delta)} in one pass; under autocast the normalized output is written in
+// the autocast dtype (the GEMM after it would cast it anyway).
+std::pair<Tensor, Tensor> add_and_norm(const Tensor& x, const Tensor& delta,
+                                       const LayerNorm& ln) {
+  return F::residual_layer_norm(x, delta, ln.normalized_shape, ln.weight, ln.bias, ln.eps);
+}
+
 }  // namespace
 
 CausalSelfAttention::CausalSelfAttention(const GPTConfig& c)
@@ -61,9 +69,15 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& c)
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, KVCache* cache, size_t layer) const {
+  if (!cache) {
+    // The fused attention reads q, k, v by strides out of the [B, T, 3C] projection and
+    // writes y as [B, T, C]; its gradient is one [B, T, 3C] buffer (no copies, no select
+    // backwards).
+    Tensor y = F::scaled_dot_product_attention_packed(c_attn(x), n_head, /*causal=*/true);
+    return maybe_dropout(c_proj(y), dropout, is_training());
+  }
   const int64_t B = x.sizes()[0], T = x.sizes()[1], D = n_embd / n_head;
-  // [B, T, 3C] viewed as [B, T, 3, H, D]; q, k, v are [B, H, T, D] views of it (the fused
-  // attention copies them contiguous).
+  // [B, T, 3C] viewed as [B, T, 3, H, D]; q, k, v are [B, H, T, D] views of it.
   Tensor qkv = c_attn(x).view({B, T, 3, n_head, D});
   Tensor q = qkv.select(2, 0).transpose(1, 2);
   Tensor k = qkv.select(2, 1).transpose(1, 2);
@@ -92,7 +106,10 @@ MLP::MLP(const GPTConfig& c)
 }
 
 Tensor MLP::forward(const Tensor& x) const {
-  return maybe_dropout(c_proj(F::gelu(c_fc(x), "tanh")), dropout, is_training());
+  // linear -> tanh-GELU -> linear as one op: the GELU and the bias gradients ride in the
+  // GEMMs' epilogues (Note [gelu_mlp]).
+  return maybe_dropout(F::gelu_mlp(x, c_fc.weight, c_fc.bias, c_proj.weight, c_proj.bias), dropout,
+                       is_training());
 }
 
 Block::Block(const GPTConfig& c) : ln_1(Shape{c.n_embd}), attn(c), ln_2(Shape{c.n_embd}), mlp(c) {
@@ -103,8 +120,8 @@ Block::Block(const GPTConfig& c) : ln_1(Shape{c.n_embd}), attn(c), ln_2(Shape{c.
 }
 
 Tensor Block::forward(const Tensor& x, KVCache* cache, size_t layer) const {
-  Tensor h = x + attn.forward(ln_1(x), cache, layer);
-  return h + mlp.forward(ln_2(h));
+  auto [h, normed] = add_and_norm(x, attn.forward(ln_1(x), cache, layer), ln_2);
+  return h + mlp.forward(normed);
 }
 
 GPT::GPT(const GPTConfig& c, Generator* gen)
@@ -135,7 +152,7 @@ GPT::GPT(const GPTConfig& c, Generator* gen)
   }
 }
 
-Tensor GPT::trunk(const Tensor& idx, KVCache* cache, const Tensor& head_bias) const {
+Tensor GPT::trunk(const Tensor& idx, KVCache* cache) const {
   EMBER_CHECK(idx.dim() == 2 && is_integral(idx.dtype()), ShapeError,
               "[GPT] expects integer token ids [B, T], got ", idx.dtype(), " ", idx.sizes());
   const int64_t T = idx.sizes()[1];
@@ -145,39 +162,47 @@ Tensor GPT::trunk(const Tensor& idx, KVCache* cache, const Tensor& head_bias) co
               config.block_size);
   Tensor pos = arange(past, past + T, 1, TensorOptions(idx.device()).dtype(DType::i64));
   Tensor x = maybe_dropout(wte(idx) + wpe(pos), config.dropout, is_training());
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    const Block* b = blocks[i].get();
-    if (recompute && !cache && GradMode::is_enabled()) {
-      x = autograd::checkpoint([b](const TensorList& in) { return b->forward(in[0]); }, {x});
-    } else {
-      x = b->forward(x, cache, i);
+  if (cache || (recompute && GradMode::is_enabled())) {  // block by block
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const Block* b = blocks[i].get();
+      if (!cache) {
+        x = autograd::checkpoint([b](const TensorList& in) { return b->forward(in[0]); }, {x});
+      } else {
+        x = b->forward(x, cache, i);
+      }
     }
+    return ln_f(x);
   }
-  x = ln_f(x);
-  return F::linear(x, wte.weight, head_bias);  // tied lm_head: [B, T, padded_vocab]
+  // Each residual add fused into the layer_norm that reads its result: the next block's
+  // ln_1 (or ln_f) normalizes x + mlp(...) in the same pass that forms it.
+  Tensor h = blocks[0]->ln_1(x);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const Block& b = *blocks[i];
+    std::tie(x, h) = add_and_norm(x, b.attn.forward(h), b.ln_2);
+    std::tie(x, h) = add_and_norm(x, b.mlp.forward(h),
+                                         i + 1 < blocks.size() ? blocks[i + 1]->ln_1 : ln_f);
+  }
+  return h;
 }
 
-Tensor GPT::forward(const Tensor& idx) const { return trunk(idx, nullptr); }
+Tensor GPT::forward(const Tensor& idx) const {
+  return F::linear(trunk(idx, nullptr), wte.weight);  // tied lm_head: [B, T, padded_vocab]
+}
 
-Tensor GPT::forward(const Tensor& idx, KVCache& cache) const { return trunk(idx, &cache); }
+Tensor GPT::forward(const Tensor& idx, KVCache& cache) const {
+  return F::linear(trunk(idx, &cache), wte.weight);
+}
 
 Tensor GPT::forward(const Tensor& idx, const Tensor& targets) const {
   EMBER_CHECK(targets.sizes() == idx.sizes(), ShapeError, "[GPT] targets of shape ",
               targets.sizes(), " do not match the tokens' ", idx.sizes());
-  const int64_t N = idx.numel(), V = config.vocab_size, Vp = config.padded_vocab_size;
-  // The loss sees the real vocabulary only: the padded columns' logits are -inf (a bias the
-  // lm_head GEMM accumulates onto), so they take no probability mass and get exactly zero
-  // gradient (the cross-entropy kernels give a -inf logit probability 0 on both devices).
-  // The same loss as over a [N, V] slice of the padded logits, without the slice's backward:
-  // a zero-filled [N, Vp] gradient and a copy into it (11% of a tiny-preset CPU step).
-  Tensor head_bias;
-  if (Vp > V) {
-    NoGradGuard no_grad;
-    head_bias = zeros({Vp}, TensorOptions(wte.weight.dtype()).device(wte.weight.device()));
-    head_bias.narrow(0, V, Vp - V).fill_(-std::numeric_limits<double>::infinity());
-  }
-  Tensor logits = trunk(idx, nullptr, head_bias);
-  return F::cross_entropy(logits.reshape({N, Vp}), targets.reshape({N}), {.ignore_index = -1});
+  const int64_t N = idx.numel(), V = config.vocab_size;
+  // The fused classifier: the lm_head GEMM and the loss over the real vocabulary only (the
+  // padded columns take no probability and get a zero gradient), with the logits' gradient
+  // formed in place in the GEMM's dtype: no f32 copy of the [N, padded_vocab] logits.
+  const Tensor h = trunk(idx, nullptr);
+  return F::linear_cross_entropy(h.reshape({N, config.n_embd}), wte.weight, targets.reshape({N}),
+                                 {.ignore_index = -1, .num_classes = V});
 }
 
 Tensor GPT::generate(const Tensor& prompt, int64_t max_new_tokens, double temperature,

@@ -17,7 +17,10 @@
 //   sampling only ever see the first vocab_size columns, so padded tokens take no
 //   probability mass (their rows are initialized to zero and get no gradient).
 // - Blocks are pre-LayerNorm: x += attn(ln_1(x)); x += mlp(ln_2(x)); the MLP is 4x with
-//   tanh-GELU; attention is the fused causal scaled_dot_product_attention.
+//   tanh-GELU (one gelu_mlp op); attention is the fused causal attention reading q, k, v out
+//   of the packed c_attn output (scaled_dot_product_attention_packed). Without a KV cache or
+//   recomputation, each residual add is fused into the layer_norm that follows it
+//   (residual_layer_norm), across block boundaries.
 // - Init (GPT-2): weights and embeddings ~ N(0, 0.02), the residual projections (c_proj)
 //   ~ N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weight 1 / bias 0; drawn from `gen`
 //   (the default CPU generator when null), so a seed gives the same model on every device.
@@ -105,8 +108,10 @@ class GPT : public Module {
   // idx [B, T] integer tokens (T <= block_size) -> logits [B, T, padded_vocab_size].
   Tensor forward(const Tensor& idx) const;
   // Mean cross-entropy of the logits' first vocab_size columns against targets [B, T];
-  // targets equal to -1 are ignored (nanoGPT's convention). A target in the padding
-  // [vocab_size, padded_vocab_size) gives an infinite loss; beyond it, an IndexError.
+  // targets equal to -1 are ignored (nanoGPT's convention); any other target outside
+  // [0, vocab_size) is an IndexError (on CUDA raised at the next synchronization, Note
+  // [deferred device checks]). The lm_head GEMM and the loss run as one fused op
+  // (linear_cross_entropy): no f32 copy of the logits is made.
   Tensor forward(const Tensor& idx, const Tensor& targets) const;
   // The new tokens idx [B, T_new] after the cache's T_past tokens (T_past + T_new <=
   // block_size); appends their keys/values to the cache. Logits [B, T_new, padded_vocab].
@@ -157,8 +162,8 @@ class GPT : public Module {
   LayerNorm ln_f;
 
  private:
-  // Logits [B, T, padded_vocab] = ln_f(blocks(embeddings)) wte^T (+ head_bias [padded_vocab]).
-  Tensor trunk(const Tensor& idx, KVCache* cache, const Tensor& head_bias = {}) const;
+  // The final hidden state [B, T, C] = ln_f(blocks(embeddings)); the logits are it times wte^T.
+  Tensor trunk(const Tensor& idx, KVCache* cache) const;
 };
 
 }  // namespace ember::nn
