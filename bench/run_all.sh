@@ -7,9 +7,10 @@
 # --python; bench_mnist twice: the mlp and --model cnn), then bench/compile_time.sh. --gpu: the GPU rows only —
 #   bench_gpt --preset gpt2-small --device cuda --amp bf16 -B 16 -T 1024   (eager torch peer)
 #   the same with --compile                                                (torch.compile peer)
-#   bench_mnist --device cuda (mlp, mlp --cuda-graph, cnn), bench_attention --device cuda
-#   (bf16 against torch's flash SDPA), bench_matmul, bench_bandwidth, bench_allocator,
-#   bench_pathological.
+#   bench_attention --device cuda (bf16 against torch's flash SDPA),
+#   bench_gpt ... --cuda-graph --no-peer (ember's whole step replayed; set beside the two above),
+#   bench_mnist --device cuda (mlp, mlp --cuda-graph, cnn), bench_matmul, bench_bandwidth,
+#   bench_allocator, bench_pathological.
 # The Python is --python, else $EMBER_PYTHON, else the first of python3 and /usr/bin/python3
 # that imports torch (the GPU machine's own PyTorch; Debian's python3-torch on a CPU machine).
 #
@@ -73,10 +74,11 @@ if [[ $mode == gpu ]]; then
        --python "$python")
   run "${gpt[@]}"
   run "${gpt[@]}" --compile
+  run "$bin/bench_attention" --device cuda --python "$python"
+  run "${gpt[@]}" --cuda-graph --no-peer
   run "$bin/bench_mnist" --device cuda --model mlp --python "$python"
   run "$bin/bench_mnist" --device cuda --model mlp --cuda-graph --python "$python"
   run "$bin/bench_mnist" --device cuda --model cnn --python "$python"
-  run "$bin/bench_attention" --device cuda --python "$python"
   run "$bin/bench_matmul" --python "$python"
   for b in bench_bandwidth bench_allocator bench_pathological; do [[ -x "$bin/$b" ]] && run "$bin/$b"; done
 else
