@@ -7,8 +7,9 @@
 //   reductions]). The row is read twice and written once: pass 1 the online max and sum of
 //   exp over the `classes` used columns, pass 2 the loss term and, with write_grad, dlogits
 //   = softmax - onehot written over the row in place (0 in the padded columns). Between the
-//   passes the row is usually still in L2 (at 1024 threads, 2 blocks per SM: ~26 MB of rows
-//   in flight for GPT-2's 100 KB bf16 rows).
+//   passes the row is usually still in L2 (1024 threads need 42-54 registers each, so ONE
+//   block per SM fits the 64K-register file: ~13 MB of rows in flight for GPT-2's 100 KB bf16
+//   rows; forcing 2 blocks with __launch_bounds__(1024, 2) spills, measured with -Xptxas -v).
 // - 16-byte vector loads and stores when the row start is 16-byte aligned (the front hands
 //   a fresh buffer at offset 0, so that is Vp * sizeof(S) % 16 == 0); scalar otherwise.
 // - Math in f32 for 16-bit storage (compute_t), rounded once on store; f64 in f64.

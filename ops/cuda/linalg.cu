@@ -25,6 +25,7 @@
 
 #include "cublaslt.cuh"
 #include "ember/cuda/device_guard.h"
+#include "ember/profiler.h"
 #include "ember/ops/matmul_config.h"
 #include "kernels/elementwise.h"
 #include "kernels/linalg.h"
@@ -341,7 +342,10 @@ void gemm_bias_gelu_kernel(const Tensor& a, const Tensor& b, const Tensor& bias,
     if (lt_gemm(A, B, out, 0.0, {Fused::gelu_aux_bias, bias_c.data_ptr(), nullptr, pre.data_ptr(), pre.strides()[0]}))
       return;
   }
-  // Unfused: the GEMM with its bias epilogue, then GELU as its own pass.
+  // Unfused: the GEMM with its bias epilogue, then GELU as its own pass. The epilogue and this
+  // path give the same values, so a named range is the only way a profile (and the GPU tests,
+  // FusedMlpCuda.EpiloguesRunWhereAligned) can tell that cuBLASLt refused the fusion.
+  const ember::profiler::RecordFunction range("gemm_bias_gelu_unfused");
   gemm_bias_kernel(a, b, bias, pre);
   unary_kernel(UnaryOp::gelu_tanh, pre, out, {});
 }
@@ -363,7 +367,9 @@ void gemm_dgelu_bgrad_kernel(const Tensor& a, const Tensor& b, const Tensor& pre
                 {Fused::dgelu_bgrad, nullptr, dbias.data_ptr(), const_cast<void*>(pre.data_ptr()), pre.strides()[0]}))
       return;
   }
-  // Unfused: the GEMM, GELU's derivative as its own pass, the bias gradient as a reduction.
+  // Unfused: the GEMM, GELU's derivative as its own pass, the bias gradient as a reduction
+  // (named as in gemm_bias_gelu_kernel).
+  const ember::profiler::RecordFunction range("gemm_dgelu_bgrad_unfused");
   Tensor dh = ember::detail::make_tensor(out.sizes(), out.dtype(), out.device());
   gemm(a, b, dh, false);
   binary_kernel(BinaryOp::gelu_tanh_backward, dh, pre, out);
@@ -389,7 +395,9 @@ void gemm_bgrad_kernel(const Tensor& a, const Tensor& b, const Tensor& c, const 
     if ((row_major(mc) || col_major(mc)) && lt_gemm(A, B, c, 0.0, {Fused::bgrad_a, nullptr, dbias.data_ptr()}))
       return;
   }
-  // Unfused: the GEMM, then the bias gradient as a reduction over a's columns.
+  // Unfused: the GEMM, then the bias gradient as a reduction over a's columns (named as in
+  // gemm_bias_gelu_kernel).
+  const ember::profiler::RecordFunction range("gemm_bgrad_unfused");
   if (c.numel() > 0) gemm_kernel(a, b, c, false);
   sum_dim0(transposed_view(a), dbias);
 }

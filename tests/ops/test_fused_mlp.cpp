@@ -5,11 +5,13 @@
 // the CPU: shapes whose widths are multiples of 8 take the cuBLASLt epilogues, odd widths
 // take the unfused fallback.
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "ember/ops/linalg.h"
 #include "ember/ops/matmul_config.h"
+#include "ember/profiler.h"
 #include "support/test_support.h"
 
 using namespace ember;
@@ -377,6 +379,49 @@ TEST_P(FusedMlpCuda, EpilogueGeluIsTheTanhForm) {
   const double e_tanh = ((dv - d_tanh) * (dv - d_tanh)).sum().item<double>();
   const double e_erf = ((dv - d_erf) * (dv - d_erf)).sum().item<double>();
   EXPECT_LT(e_tanh, e_erf) << "tanh " << e_tanh << " erf " << e_erf;
+}
+
+// The epilogues and the unfused fallbacks give the same values, so the tests above pass
+// whichever ran; the fallbacks open a named range (ops/cuda/linalg.cu), counted here. Aligned
+// 16-bit problems (GPT-2's) must take the cuBLASLt epilogues, the configurations TE and apex
+// use them in (TN GELU_AUX_BIAS, NN DGELU_BGRAD, NT BGRADB); an aux ld that is not a multiple
+// of 8 must fall back.
+TEST_P(FusedMlpCuda, EpiloguesRunWhereAligned) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  Generator gen(24);
+  auto unfused = [](auto&& run) {
+    profiler::Profiler prof({.with_cuda = false});
+    prof.start();
+    run();
+    prof.stop();
+    std::map<std::string, int64_t> n;
+    for (const profiler::Event& e : prof.events()) ++n[e.name];
+    return n;
+  };
+  struct Shape3 {
+    int64_t M, K, N;
+    bool aligned;
+  };
+  for (Shape3 s : {Shape3{256, 64, 128, true}, Shape3{1024, 768, 3072, true}, Shape3{64, 64, 45, false}}) {
+    for (DType dt : {DType::bf16, DType::f16}) {
+      SCOPED_TRACE(str("M ", s.M, " K ", s.K, " N ", s.N, " ", dtype_name(dt)));
+      auto r = [&](Dims d) { return randn(Shape(d), DType::f32, &gen).to(dt).to(dev); };
+      Tensor x = r({s.M, s.K}), w = r({s.N, s.K}), b = r({s.N});
+      Tensor g = r({s.M, s.K}), w2 = r({s.K, s.N}), p = r({s.M, s.N}), gy = r({s.M, s.N});
+      auto n = unfused([&] {
+        (void)ops::linear_gelu(x, w, b);
+        (void)ops::linear_dgelu_bgrad(g, w2, p);
+        if (s.aligned) (void)ops::linear_weight_grad(gy, x, true);
+      });
+      const int64_t want = s.aligned ? 0 : 1;
+      EXPECT_EQ(n["gemm_bias_gelu_unfused"], want) << "GELU_AUX_BIAS";
+      EXPECT_EQ(n["gemm_dgelu_bgrad_unfused"], want) << "DGELU_BGRAD";
+      if (s.aligned) {
+        EXPECT_EQ(n["gemm_bgrad_unfused"], 0) << "BGRADB";
+      }
+    }
+  }
 }
 
 // The linear VJP's fused weight + bias gradient on the device against the CPU's.
