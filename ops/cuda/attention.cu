@@ -12,18 +12,19 @@
 //   (b, h, t) of each operand through that operand's own stride(0..2) (RowStrides, 64-bit), so
 //   q, k, v are read straight out of a packed qkv projection and out, dq, dk, dv written into
 //   their views of y and dqkv. Only rows are written, never the gaps between them.
-// - The tensor-core FlashAttention-2 kernels (flash_attention.cu) are tried first; they decline
-//   (returning false, having launched nothing) what they do not handle, which then runs here.
-// - Tensor-core forward (attention_fwd_wmma_kernel): f16/bf16 with D = 64 or 128, 16-byte
-//   aligned base pointers and stride(0..2) multiples of 8 elements (so every row starts on a
-//   16-byte boundary); others take the generic kernel. 64 queries
-//   per block of 4 warps (16 query rows per warp), 64-key tiles; S = Q K^T and O += P V are
-//   WMMA 16x16x16 products with f32 accumulation; the softmax runs in f32 on S kept in shared
-//   memory, and P is rounded to the input dtype for the P V product (as FlashAttention does).
-//   The output accumulator lives in shared memory (f32) so that rows can be rescaled.
-// - Generic SIMT kernels (every other case, and the whole backward): one warp per row, lanes
-//   split the tile's keys (or queries) for the dot products and the head dim for the
-//   accumulators; compute type f32 (f64 for f64). D <= 256 (f64: <= 128).
+// - Paths, tried in this order, forward and backward alike:
+//   1. Tensor cores (flash_attention.cu, mma.sync): f16/bf16 with D = 64 or 128, every
+//      operand (out, dq, dk, dv included) 16-byte aligned with stride(0..2) multiples of 8
+//      elements, and its grid limits (its design note lists them all). It declines (returning
+//      false, having launched nothing) anything else.
+//   2. Generic SIMT kernels (this file): every declined case, any floating dtype and stride.
+//      One warp per row, lanes split the tile's keys (or queries) for the dot products and the
+//      head dim for the accumulators; compute type f32 (f64 for f64). D <= 256 (f64: <= 128).
+//   A former WMMA tensor-core forward here sat between the two; it took path 1's forward
+//   cases except that it also accepted an unaligned out and more than 65535 query tiles. The
+//   front always writes out into a fresh allocation ([B, H, Tq, D], or the packed op's
+//   [B, T, C]), so in practice path 1 ran first every time and it was removed. Those two
+//   corner cases now take path 2: slower (no tensor cores), the same values up to rounding.
 // - Backward without atomics (deterministic, Note [deterministic CUDA reductions]): Delta =
 //   rowsum(dO * O) first, then one kernel owns dK and dV rows (loops over query tiles) and one
 //   owns dQ rows (loops over key tiles), each summing in a fixed order.
@@ -31,7 +32,6 @@
 //   into per launch with cudaFuncSetAttribute.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 
 #include <cmath>
 #include <limits>
@@ -166,183 +166,6 @@ __global__ void __launch_bounds__(kRows * 32)
   if (lane == 0) lse[bh * Tq + i] = m + log_c(l);
 }
 
-// ---------------------------------------------------------------- tensor-core forward
-
-template <class S>
-struct TensorCoreType;
-template <>
-struct TensorCoreType<Half> {
-  using type = __half;
-};
-template <>
-struct TensorCoreType<BFloat16> {
-  using type = __nv_bfloat16;
-};
-template <class S>
-using tc_t = typename TensorCoreType<S>::type;
-
-constexpr int kWBq = 64, kWBk = 64, kWWarps = 4;
-
-template <int D>
-struct WmmaLayout {
-  static constexpr int DP = D + 8;      // Q/K/V row pitch (16-bit elements)
-  static constexpr int PP = kWBk + 8;   // P row pitch (16-bit)
-  static constexpr int SP = kWBk + 4;   // S row pitch (f32)
-  static constexpr int OP = D + 4;      // O row pitch (f32)
-  static constexpr size_t bytes() {
-    return size_t(3 * kWBq * DP + kWBq * PP) * 2 + size_t(kWBq * SP + kWBq * OP + 3 * kWBq) * 4;
-  }
-};
-
-// Copies `rows` rows of D 16-bit values (row stride `pitch` elements in global memory) into
-// shared memory (pitch P), zero-filling rows [rows, kWBq). 16-byte vectors: D, `pitch` and
-// src's offset are multiples of 8 elements (checked by the host before the launch).
-template <int D, int P>
-__device__ __forceinline__ void load_tile16(uint16_t* dst, const uint16_t* src, int rows,
-                                            int64_t pitch) {
-  constexpr int kVecPerRow = D / 8;
-  for (int e = threadIdx.x; e < kWBq * kVecPerRow; e += kWWarps * 32) {
-    const int r = e / kVecPerRow, c = (e % kVecPerRow) * 8;
-    uint4 val = make_uint4(0, 0, 0, 0);
-    if (r < rows) val = *reinterpret_cast<const uint4*>(src + int64_t(r) * pitch + c);
-    *reinterpret_cast<uint4*>(dst + r * P + c) = val;
-  }
-}
-
-template <class S, int D>
-__global__ void __launch_bounds__(kWWarps * 32)
-    attention_fwd_wmma_kernel(const S* __restrict__ q, const S* __restrict__ k,
-                              const S* __restrict__ v, S* __restrict__ out,
-                              float* __restrict__ lse, RowStrides sq, RowStrides sk,
-                              RowStrides sv, RowStrides so, int64_t Tq, int64_t Tk,
-                              int64_t qblocks, bool causal, float scale) {
-  namespace wmma = nvcuda::wmma;
-  using T = tc_t<S>;
-  using L = WmmaLayout<D>;
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  T* qs = reinterpret_cast<T*>(smem_raw);
-  T* ks = qs + kWBq * L::DP;
-  T* vs = ks + kWBk * L::DP;
-  T* ps = vs + kWBk * L::DP;
-  float* ss = reinterpret_cast<float*>(ps + kWBq * L::PP);
-  float* os = ss + kWBq * L::SP;
-  float* ms = os + kWBq * L::OP;
-  float* ls = ms + kWBq;
-  float* as = ls + kWBq;
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t bh = blockIdx.x / qblocks, i0 = (blockIdx.x % qblocks) * kWBq;
-  const int64_t off = Tk - Tq;
-  const uint16_t* qh = reinterpret_cast<const uint16_t*>(q) + sq.head(bh) + i0 * sq.t;
-  const uint16_t* kh = reinterpret_cast<const uint16_t*>(k) + sk.head(bh);
-  const uint16_t* vh = reinterpret_cast<const uint16_t*>(v) + sv.head(bh);
-  S* oh = out + so.head(bh);
-
-  load_tile16<D, L::DP>(reinterpret_cast<uint16_t*>(qs), qh, int(min64(kWBq, Tq - i0)), sq.t);
-  for (int e = threadIdx.x; e < kWBq * L::OP; e += kWWarps * 32) os[e] = 0.f;
-  for (int r = threadIdx.x; r < kWBq; r += kWWarps * 32) {
-    ms[r] = -INFINITY;
-    ls[r] = 0.f;
-  }
-  const int64_t last = min64(i0 + kWBq, Tq) - 1;
-  const int64_t kend = causal ? min64(Tk, last + off + 1) : Tk;
-  const int wr = warp * 16;  // this warp's first row in the block
-  for (int64_t j0 = 0; j0 < kend; j0 += kWBk) {
-    const int nk = int(min64(kWBk, kend - j0));
-    __syncthreads();  // previous K/V tile consumed; Q and O initialized
-    load_tile16<D, L::DP>(reinterpret_cast<uint16_t*>(ks), kh + j0 * sk.t, nk, sk.t);
-    load_tile16<D, L::DP>(reinterpret_cast<uint16_t*>(vs), vh + j0 * sv.t, nk, sv.t);
-    __syncthreads();
-
-    // S_w [16 x 64] = Q_w K^T (K row-major [key][d] is K^T column-major).
-#pragma unroll
-    for (int n = 0; n < kWBk / 16; ++n) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-      wmma::fill_fragment(c, 0.f);
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
-        wmma::load_matrix_sync(a, qs + wr * L::DP + kk * 16, L::DP);
-        wmma::load_matrix_sync(b, ks + (n * 16) * L::DP + kk * 16, L::DP);
-        wmma::mma_sync(c, a, b, c);
-      }
-      wmma::store_matrix_sync(ss + wr * L::SP + n * 16, c, L::SP, wmma::mem_row_major);
-    }
-    __syncwarp();
-
-    // Online softmax on the warp's 16 rows: two lanes per row, 32 columns each.
-    {
-      const int row = wr + lane / 2, c0 = (lane % 2) * 32;
-      const int64_t gi = i0 + row;
-      float* srow = ss + row * L::SP;
-      float mx = -INFINITY;
-#pragma unroll 8
-      for (int c = c0; c < c0 + 32; ++c) {
-        const int64_t j = j0 + c;
-        const bool vis = c < nk && (!causal || j <= gi + off);
-        const float s = vis ? srow[c] * scale : -INFINITY;
-        srow[c] = s;
-        mx = fmaxf(mx, s);
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
-      const float mold = ms[row];
-      const float mnew = fmaxf(mold, mx);
-      const float mref = mnew == -INFINITY ? 0.f : mnew;  // a row with nothing visible yet
-      float sum = 0.f;
-#pragma unroll 8
-      for (int c = c0; c < c0 + 32; ++c) {
-        const float p = __expf(srow[c] - mref);
-        const T pt = T(p);
-        ps[row * L::PP + c] = pt;
-        sum += float(pt);  // l sums what P V multiplies
-      }
-      sum += __shfl_xor_sync(kFullMask, sum, 1);
-      const float alpha = __expf(mold - mref);
-      __syncwarp();
-      if (lane % 2 == 0) {
-        ls[row] = ls[row] * alpha + sum;
-        ms[row] = mnew;
-        as[row] = alpha;
-      }
-    }
-    __syncwarp();
-    for (int e = lane; e < 16 * D; e += 32) {
-      const int r = wr + e / D;
-      os[r * L::OP + e % D] *= as[r];
-    }
-    __syncwarp();
-
-    // O_w [16 x D] += P_w [16 x 64] V [64 x D].
-#pragma unroll
-    for (int n = 0; n < D / 16; ++n) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-      wmma::load_matrix_sync(c, os + wr * L::OP + n * 16, L::OP, wmma::mem_row_major);
-#pragma unroll
-      for (int kk = 0; kk < kWBk / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
-        wmma::load_matrix_sync(a, ps + wr * L::PP + kk * 16, L::PP);
-        wmma::load_matrix_sync(b, vs + (kk * 16) * L::DP + n * 16, L::DP);
-        wmma::mma_sync(c, a, b, c);
-      }
-      wmma::store_matrix_sync(os + wr * L::OP + n * 16, c, L::OP, wmma::mem_row_major);
-    }
-    __syncwarp();
-  }
-  __syncwarp();
-  for (int e = lane; e < 16 * D; e += 32) {
-    const int r = wr + e / D;
-    const int64_t gi = i0 + r;
-    if (gi < Tq) store_c(oh + gi * so.t + e % D, os[r * L::OP + e % D] / ls[r]);
-  }
-  if (lane < 16) {
-    const int r = wr + lane;
-    const int64_t gi = i0 + r;
-    if (gi < Tq) lse[bh * Tq + gi] = ms[r] + logf(ls[r]);
-  }
-}
-
 // ---------------------------------------------------------------- generic backward
 
 // Delta_i = sum_d dO_id O_id, one warp per row.
@@ -450,8 +273,13 @@ __global__ void __launch_bounds__(kRows * 32)
 
 // dQ: warp w owns query row i = first + w (its q and dO rows in shared memory); key tiles of
 // k and v stream through shared memory. Lane t handles key j0 + t for the scores.
+// NPL 8 (D > 128): without a minimum of blocks ptxas held this kernel to 64 registers and
+// spilled (24 bytes, f32/f16/bf16); its 2 * (8 * D + 32 * (D + 1)) compute-type values of
+// shared memory (82 KB at f32, D = 256) allow only 2 blocks per SM anyway, so asking for 2
+// (up to 128 registers) costs no occupancy. f64 (80 registers by default, spilling at 64)
+// asks for 2 as well; f32/f16/bf16 with smaller NPL keep the 64 registers the default gave.
 template <class S, int NPL>
-__global__ void __launch_bounds__(kRows * 32)
+__global__ void __launch_bounds__(kRows * 32, (NPL >= 8 || std::is_same_v<S, double>) ? 2 : 4)
     attention_bwd_dq_kernel(const S* __restrict__ grad, const S* __restrict__ q,
                             const S* __restrict__ k, const S* __restrict__ v,
                             const compute_t<S>* __restrict__ lse,
@@ -552,28 +380,6 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                    so = row_strides(out);
   const auto on = ember::cuda::detail::on_device(q.device());
   cudaStream_t stream = on.stream;
-  if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) {
-    // 16-byte vector loads of every row: the base pointer and each row stride must keep rows
-    // on 16-byte boundaries (a view at an odd storage offset, or rows of an odd pitch, take
-    // the generic path). The output is stored element by element.
-    auto aligned = [](const void* ptr, const RowStrides& s) {
-      return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.b % 8 == 0 && s.h % 8 == 0 &&
-             s.t % 8 == 0;
-    };
-    if ((D == 64 || D == 128) && aligned(qp, sq) && aligned(kp, sk) && aligned(vp, sv)) {
-      const int64_t qblocks = ceil_div(Tq, kWBq);
-      check_launch(BH * qblocks, op);
-      auto launch = [&](auto kernel, size_t bytes) {
-        allow_smem(kernel, bytes);
-        kernel<<<unsigned(BH * qblocks), kWWarps * 32, bytes, stream>>>(
-            qp, kp, vp, op_, lp, sq, sk, sv, so, Tq, Tk, qblocks, causal, float(scale));
-        EMBER_CUDA_CHECK_LAUNCH();
-      };
-      if (D == 64) launch(attention_fwd_wmma_kernel<S, 64>, WmmaLayout<64>::bytes());
-      else launch(attention_fwd_wmma_kernel<S, 128>, WmmaLayout<128>::bytes());
-      return;
-    }
-  }
   EMBER_CHECK((!std::is_same_v<S, double> || D <= 128), NotImplementedError, "[", op,
               "] f64 head dim ", D, " > 128 has no CUDA kernel");
   const int64_t qblocks = ceil_div(Tq, kRows);
