@@ -13,34 +13,15 @@
 #include "ember/autograd/function.h"
 #include "ember/functions.h"
 #include "ember/ops/classifier.h"
+#include "fused_util.h"
 
 namespace ember {
 
 using autograd::needs_input_grad;
+using autograd::no_double_backward;
 using autograd::record;
 using autograd::save;
-
-namespace {
-
-Tensor no_double_backward(const Tensor& grad, std::initializer_list<Tensor> inputs) {
-  if (!grad.defined()) return grad;
-  return record("linear_cross_entropy_backward", grad, inputs, [](const Tensor&) -> TensorList {
-    throw NotImplementedError(
-        "[linear_cross_entropy_backward] double backward (differentiating this op's gradient) "
-        "is not implemented");
-  });
-}
-
-ops::LossReduction to_ops(Reduction r) {
-  switch (r) {
-    case Reduction::none: return ops::LossReduction::none;
-    case Reduction::sum: return ops::LossReduction::sum;
-    case Reduction::mean: return ops::LossReduction::mean;
-  }
-  return ops::LossReduction::mean;
-}
-
-}  // namespace
+using autograd::to_ops;
 
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& target,
                             const LinearCrossEntropyOptions& options) {
@@ -60,7 +41,9 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
                   const Tensor& wv = w;
                   ops::LinearCrossEntropyBackward b = ops::linear_cross_entropy_backward(
                       g, xv, wv, d, gf, {needs_input_grad(0), needs_input_grad(1)});
-                  return {no_double_backward(b.dx, {g, xv, wv}), no_double_backward(b.dweight, {g, xv, wv})};
+                  const char* name = "linear_cross_entropy_backward";
+                  return {no_double_backward(name, b.dx, {g, xv, wv}),
+                          no_double_backward(name, b.dweight, {g, xv, wv})};
                 });
 }
 

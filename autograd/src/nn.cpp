@@ -12,14 +12,17 @@
 #include <utility>
 
 #include "ember/ops/nn.h"
-#include "inplace.h"
 #include "autocast_policy.h"
+#include "fused_util.h"
+#include "inplace.h"
 
 namespace ember {
 
 using autograd::needs_input_grad;
+using autograd::no_double_backward;
 using autograd::record;
 using autograd::save;
+using autograd::to_ops;
 
 namespace {
 
@@ -59,23 +62,14 @@ Tensor log_softmax_backward(const Tensor& g, const Tensor& y, int64_t dim) {
                 });
 }
 
-// Records `grad` (a fused backward kernel's result, computed from `inputs`) so that
-// differentiating it again throws instead of treating it as a constant.
-Tensor no_double_backward(const char* name, const Tensor& grad, std::initializer_list<Tensor> inputs) {
-  if (!grad.defined()) return grad;
-  return record(name, grad, inputs, [name](const Tensor&) -> TensorList {
-    throw NotImplementedError(str("[", name, "] double backward (differentiating this op's "
-                                  "gradient) is not implemented"));
-  });
-}
-
-ops::LossReduction to_ops(Reduction r) {
-  switch (r) {
-    case Reduction::none: return ops::LossReduction::none;
-    case Reduction::sum: return ops::LossReduction::sum;
-    case Reduction::mean: return ops::LossReduction::mean;
-  }
-  return ops::LossReduction::mean;
+// layer_norm's VJP (of x, weight, bias) through the fused backward kernel, for a node
+// recorded with inputs (x, weight, bias); the gradients are recorded under `name`.
+TensorList layer_norm_vjp(const char* name, const Tensor& g, const Tensor& x, const Shape& ns,
+                          const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+  ops::LayerNormBackward b = ops::layer_norm_backward(
+      g, x, ns, w, mean, rstd, {needs_input_grad(0), needs_input_grad(1), needs_input_grad(2)});
+  return {no_double_backward(name, b.dx, {g, x, w}), no_double_backward(name, b.dweight, {g, x}),
+          no_double_backward(name, b.dbias, {g})};
 }
 
 }  // namespace
@@ -127,15 +121,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   return record("layer_norm", f.y, {x, weight, bias},
                 [x = save(x), w = save(weight), ns = normalized_shape, mean = f.mean,
                  rstd = f.rstd](const Tensor& g) -> TensorList {
-                  const Tensor& xv = x;
-                  const Tensor& wv = w;
-                  ops::LayerNormBackward b = ops::layer_norm_backward(
-                      g, xv, ns, wv, mean, rstd,
-                      {needs_input_grad(0), needs_input_grad(1), needs_input_grad(2)});
-                  const char* name = "layer_norm_backward";
-                  return {no_double_backward(name, b.dx, {g, xv, wv}),
-                          no_double_backward(name, b.dweight, {g, xv}),
-                          no_double_backward(name, b.dbias, {g})};
+                  return layer_norm_vjp("layer_norm_backward", g, x, ns, w, mean, rstd);
                 });
 }
 
@@ -182,15 +168,8 @@ std::pair<Tensor, Tensor> residual_layer_norm(const Tensor& x, const Tensor& del
   Tensor y = record("residual_layer_norm", f.y, {sum, w, b},
                     [s_ = save(sum), w_ = save(w), ns = normalized_shape, mean = f.mean,
                      rstd = f.rstd](const Tensor& g) -> TensorList {
-                      const Tensor& sv = s_;
-                      const Tensor& wv = w_;
-                      ops::LayerNormBackward lb = ops::layer_norm_backward(
-                          g, sv, ns, wv, mean, rstd,
-                          {needs_input_grad(0), needs_input_grad(1), needs_input_grad(2)});
-                      const char* name = "residual_layer_norm_backward";
-                      return {no_double_backward(name, lb.dx, {g, sv, wv}),
-                              no_double_backward(name, lb.dweight, {g, sv}),
-                              no_double_backward(name, lb.dbias, {g})};
+                      return layer_norm_vjp("residual_layer_norm_backward", g, s_, ns, w_, mean,
+                                            rstd);
                     });
   return {std::move(sum), std::move(y)};
 }

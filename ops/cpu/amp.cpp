@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/amp.h"
+#include "multi_tensor.h"
 
 namespace ember::ops::cpu {
 
@@ -23,10 +24,6 @@ namespace {
 
 constexpr int64_t kChunk = 8192;
 constexpr int64_t kGrain = 32768;
-
-struct WorkItem {
-  int64_t tensor, begin, end;
-};
 
 template <class T>
 using compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -57,13 +54,8 @@ bool unscale_range(T* __restrict g, int64_t n, float inv_scale) {
 
 void amp_unscale_and_check_kernel(const TensorList& grads, const Tensor& found_inf,
                                   const Tensor& inv_scale) {
-  std::vector<WorkItem> work;
   int64_t total = 0;
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const int64_t n = grads[i].numel();
-    total += n;
-    for (int64_t b = 0; b < n; b += kChunk) work.push_back({int64_t(i), b, std::min(n, b + kChunk)});
-  }
+  const std::vector<WorkItem> work = make_work(grads, kChunk, total);
   const float inv = *static_cast<const float*>(inv_scale.data_ptr());
   const int64_t items = int64_t(work.size());
   int any = 0;

@@ -23,17 +23,13 @@
 //   Eigen runs single-threaded inside the parallel region. Nothing in it throws.
 #include <omp.h>
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <Eigen/Core>
-#pragma GCC diagnostic pop
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
+#include "eigen_util.h"
 #include "kernels/attention.h"
 
 namespace ember::ops::cpu {
@@ -51,13 +47,6 @@ using MapM = Eigen::Map<Mat<C>>;
 // A block of rows of a strided operand: row stride given, elements within a row adjacent.
 template <class C>
 using CMapM = Eigen::Map<const Mat<C>, Eigen::Unaligned, Eigen::OuterStride<>>;
-// Scratch memory aligned to Eigen's packet size. Eigen's vectorized reductions over an
-// unaligned Map (row sums, max, dot products) peel a scalar head up to the first aligned
-// address, so their rounding depends on the buffer's address modulo the packet size. With
-// malloc'd buffers and per-thread scratch under a dynamic schedule that differed from run to
-// run; aligned scratch makes the results bit-identical across runs (set_deterministic).
-template <class C>
-using Scratch = std::vector<C, Eigen::aligned_allocator<C>>;
 
 // Where the rows of a [B, H, T, D] operand are: row (b, h, t) starts at
 // p + b * sb + h * sh + t * st (64-bit offsets), its D elements adjacent.
@@ -81,7 +70,7 @@ Rows<T> rows_of(const Tensor& t) {
 // `t` in the compute type: its own rows when it already is, else a contiguous converted copy
 // held in `buf`.
 template <class C, class S>
-Rows<const C> as_compute(const Tensor& t, Scratch<C>& buf) {
+Rows<const C> as_compute(const Tensor& t, Buffer<C>& buf) {
   if constexpr (std::is_same_v<S, C>) {
     return rows_of<const C>(t);
   } else {
@@ -126,7 +115,7 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                 D = q.sizes()[3];
   const int64_t off = Tk - Tq;
   const C scale = C(scale_d);
-  Scratch<C> qbuf, kbuf, vbuf;
+  Buffer<C> qbuf, kbuf, vbuf;
   const Rows<const C> qr = as_compute<C, S>(q, qbuf);
   const Rows<const C> kr = as_compute<C, S>(k, kbuf);
   const Rows<const C> vr = as_compute<C, S>(v, vbuf);
@@ -138,7 +127,7 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 
 #pragma omp parallel if (macs > kParallelMinMacs && tasks > 1)
   {
-    Scratch<C> sbuf(static_cast<size_t>(kBq * kBk)), accbuf(static_cast<size_t>(kBq * D)),
+    Buffer<C> sbuf(static_cast<size_t>(kBq * kBk)), accbuf(static_cast<size_t>(kBq * D)),
         m(static_cast<size_t>(kBq)), l(static_cast<size_t>(kBq));
 #pragma omp for schedule(dynamic)
     for (int64_t t = 0; t < tasks; ++t) {
@@ -190,7 +179,7 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
                 D = q.sizes()[3];
   const int64_t off = Tk - Tq;
   const C scale = C(scale_d);
-  Scratch<C> qbuf, kbuf, vbuf, gbuf, obuf;
+  Buffer<C> qbuf, kbuf, vbuf, gbuf, obuf;
   const Rows<const C> qr = as_compute<C, S>(q, qbuf);
   const Rows<const C> kr = as_compute<C, S>(k, kbuf);
   const Rows<const C> vr = as_compute<C, S>(v, vbuf);
@@ -202,7 +191,7 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
 
 #pragma omp parallel if (macs > kParallelMinMacs && BH > 1)
   {
-    Scratch<C> sbuf(static_cast<size_t>(kBq * kBk)), dpbuf(static_cast<size_t>(kBq * kBk)),
+    Buffer<C> sbuf(static_cast<size_t>(kBq * kBk)), dpbuf(static_cast<size_t>(kBq * kBk)),
         dkbuf(static_cast<size_t>(kBk * D)), dvbuf(static_cast<size_t>(kBk * D)),
         dqbuf(static_cast<size_t>(Tq * D)), delta(static_cast<size_t>(Tq));
 #pragma omp for schedule(dynamic)

@@ -14,42 +14,20 @@
 //   GEMM output is -inf only when its inputs hold infinities).
 #include <omp.h>
 
-// GCC 12 reports its own AVX-512 intrinsics (inlined through Eigen's packet math) as "maybe
-// uninitialized" (a known false positive); silence that for these headers only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <Eigen/Core>
-#pragma GCC diagnostic pop
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <vector>
 
+#include "eigen_util.h"
 #include "kernels/classifier.h"
+#include "kernels/target_dtype.h"
 
 namespace ember::ops::cpu {
 
 namespace {
 
 constexpr int64_t kGrain = 32768;  // elements of work below which one thread is faster
-
-template <class C>
-using Vec = Eigen::Array<C, Eigen::Dynamic, 1>;
-template <class C>
-using VecMap = Eigen::Map<Vec<C>>;
-template <class C>
-using Buffer = std::vector<C, Eigen::aligned_allocator<C>>;
-
-template <class F>
-void visit_target(DType t, F&& f) {
-  switch (t) {
-    case DType::i64: return f(int64_t{});
-    case DType::i32: return f(int32_t{});
-    case DType::u8: return f(uint8_t{});
-    default: throw DTypeError(str("[linear_cross_entropy] unsupported target dtype ", t));
-  }
-}
 
 template <class S, class T>
 void fwd(const Tensor& logits, const Tensor& target, const Tensor& loss, const Tensor& grad_factor,
@@ -129,7 +107,7 @@ void linear_cross_entropy_fwd_kernel(const Tensor& logits, const Tensor& target,
                                      const Tensor& grad_factor, int64_t classes, int64_t ignore_index,
                                      bool mean, bool write_grad) {
   visit_floating(logits.dtype(), [&](auto tag) {
-    visit_target(target.dtype(), [&](auto ttag) {
+    visit_target(target.dtype(), "linear_cross_entropy", [&](auto ttag) {
       fwd<decltype(tag), decltype(ttag)>(logits, target, loss, grad_factor, classes, ignore_index, mean,
                                          write_grad);
     });

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/foreach.h"
+#include "multi_tensor.h"
 
 namespace ember::ops::cpu {
 
@@ -25,21 +26,6 @@ namespace {
 
 constexpr int64_t kChunk = 16384;  // elements per work item (and per norm partial)
 constexpr int64_t kGrain = 32768;  // total elements below which one thread is faster
-
-struct WorkItem {
-  int64_t tensor, begin, end;
-};
-
-std::vector<WorkItem> make_work(const TensorList& ts, int64_t& total) {
-  std::vector<WorkItem> work;
-  total = 0;
-  for (size_t i = 0; i < ts.size(); ++i) {
-    const int64_t n = ts[i].numel();
-    total += n;
-    for (int64_t b = 0; b < n; b += kChunk) work.push_back({int64_t(i), b, std::min(n, b + kChunk)});
-  }
-  return work;
-}
 
 enum class NormKind { sum_abs, sum_sq, max_abs };
 
@@ -75,7 +61,7 @@ double chunk_partial(const S* x, int64_t n) {
 template <NormKind K>
 double norm_of(const TensorList& ts) {
   int64_t total = 0;
-  const std::vector<WorkItem> work = make_work(ts, total);
+  const std::vector<WorkItem> work = make_work(ts, kChunk, total);
   const int64_t n = int64_t(work.size());
   std::vector<double> partial(size_t(n), 0.0);
 #pragma omp parallel for schedule(static) if (total >= kGrain)
@@ -123,7 +109,7 @@ void foreach_mul_kernel(const TensorList& tensors, const Tensor& scalar, double 
   })
                                     : value;
   int64_t total = 0;
-  const std::vector<WorkItem> work = make_work(tensors, total);
+  const std::vector<WorkItem> work = make_work(tensors, kChunk, total);
   const int64_t n = int64_t(work.size());
 #pragma omp parallel for schedule(static) if (total >= kGrain)
   for (int64_t w = 0; w < n; ++w) {

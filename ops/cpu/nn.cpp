@@ -24,33 +24,21 @@
 //   serially before it.
 #include <omp.h>
 
-// GCC 12 reports its own AVX-512 intrinsics (inlined through Eigen's packet math) as "maybe
-// uninitialized" (a known false positive); silence that for these headers only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <Eigen/Core>
-#pragma GCC diagnostic pop
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
+#include "eigen_util.h"
 #include "kernels/nn.h"
+#include "kernels/target_dtype.h"
 
 namespace ember::ops::cpu {
 
 namespace {
 
 constexpr int64_t kGrain = 32768;  // elements of work below which one thread is faster
-
-template <class C>
-using Vec = Eigen::Array<C, Eigen::Dynamic, 1>;
-template <class C>
-using VecMap = Eigen::Map<Vec<C>>;
-template <class C>
-using CVecMap = Eigen::Map<const Vec<C>>;
 
 // body(begin, end) over [0, n) split into contiguous ranges, one per thread when the total
 // work (n * work_per_item elements) is large enough to pay for threads.
@@ -101,11 +89,6 @@ struct Rows {
     return off;
   }
 };
-
-// Scratch buffers are 64-byte aligned so Eigen's vector/scalar split of a row (which follows
-// the address) is the same on every call: results are reproducible run to run.
-template <class C>
-using Buffer = std::vector<C, Eigen::aligned_allocator<C>>;
 
 // A row's elements in the compute type C: the storage itself when it already is (unit
 // stride), else a gathered copy in `buf`.
@@ -450,16 +433,6 @@ void cross_entropy_bwd(const Tensor& grad, const Tensor& logits, const Tensor& t
   });
 }
 
-template <class F>
-void visit_target(DType t, F&& f) {
-  switch (t) {
-    case DType::i64: return f(int64_t{});
-    case DType::i32: return f(int32_t{});
-    case DType::u8: return f(uint8_t{});
-    default: throw DTypeError(str("[cross_entropy] unsupported target dtype ", t));
-  }
-}
-
 // ---- layer norm ----
 
 // Rows are split into a number of chunks that depends only on the sizes, so the order in
@@ -636,7 +609,7 @@ void cross_entropy_fwd_kernel(const Tensor& logits, const Tensor& target, const 
                               const Tensor& row_max, const Tensor& log_sum,
                               const CrossEntropyParams& p) {
   visit_floating(logits.dtype(), [&](auto tag) {
-    visit_target(target.dtype(), [&](auto ttag) {
+    visit_target(target.dtype(), "cross_entropy", [&](auto ttag) {
       cross_entropy_fwd<decltype(tag), decltype(ttag)>(logits, target, loss, row_max, log_sum, p);
     });
   });
@@ -646,7 +619,7 @@ void cross_entropy_bwd_kernel(const Tensor& grad, const Tensor& logits, const Te
                               const Tensor& row_max, const Tensor& log_sum,
                               const Tensor& dlogits, const CrossEntropyParams& p) {
   visit_floating(logits.dtype(), [&](auto tag) {
-    visit_target(target.dtype(), [&](auto ttag) {
+    visit_target(target.dtype(), "cross_entropy", [&](auto ttag) {
       cross_entropy_bwd<decltype(tag), decltype(ttag)>(grad, logits, target, row_max, log_sum,
                                                         dlogits, p);
     });

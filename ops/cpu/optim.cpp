@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/optim.h"
+#include "multi_tensor.h"
 
 namespace ember::ops::cpu {
 
@@ -23,22 +24,6 @@ namespace {
 
 constexpr int64_t kChunk = 8192;   // elements per work item
 constexpr int64_t kGrain = 32768;  // total elements below which one thread is faster
-
-struct WorkItem {
-  int64_t tensor, begin, end;
-};
-
-// The chunks of all tensors, in list order.
-std::vector<WorkItem> make_work(const TensorList& params, int64_t& total) {
-  std::vector<WorkItem> work;
-  total = 0;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const int64_t n = params[i].numel();
-    total += n;
-    for (int64_t b = 0; b < n; b += kChunk) work.push_back({int64_t(i), b, std::min(n, b + kChunk)});
-  }
-  return work;
-}
 
 // body(item) for every work item, in one parallel loop when the total is large enough.
 template <class F>
@@ -128,7 +113,7 @@ void adam_step_kernel(const TensorList& params, const TensorList& grads, const T
                       const TensorList& exp_avg_sqs, const std::vector<AdamTensorScalars>& scalars,
                       const AdamStepParams& hp) {
   int64_t total = 0;
-  const std::vector<WorkItem> work = make_work(params, total);
+  const std::vector<WorkItem> work = make_work(params, kChunk, total);
   for_each_chunk(work, total, [&](const WorkItem& w) {
     const size_t i = size_t(w.tensor);
     visit_floating(params[i].dtype(), [&](auto tag) {
@@ -169,7 +154,7 @@ void sgd_step_kernel(const TensorList& params, const TensorList& grads,
                      const TensorList& momentum_buffers, const std::vector<uint8_t>& first,
                      const SgdStepParams& hp) {
   int64_t total = 0;
-  const std::vector<WorkItem> work = make_work(params, total);
+  const std::vector<WorkItem> work = make_work(params, kChunk, total);
   const bool has_momentum = hp.momentum != 0;
   for_each_chunk(work, total, [&](const WorkItem& w) {
     const size_t i = size_t(w.tensor);

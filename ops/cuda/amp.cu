@@ -19,6 +19,7 @@
 #include "ember/cuda/device_guard.h"
 #include "ember/cuda/stream_handle.h"
 #include "kernels/amp.h"
+#include "multi_tensor.cuh"
 
 namespace ember::ops::cuda {
 
@@ -38,16 +39,6 @@ struct UnscaleTable {
   uint8_t dtype[kMaxTensors];
 };
 static_assert(sizeof(UnscaleTable) <= 32000, "a tensor table must fit the kernel parameters");
-
-__device__ __forceinline__ int tensor_of_block(const UnscaleTable& t, int64_t block) {
-  int lo = 0, hi = t.n - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (t.chunk_begin[mid] <= block) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
 
 template <class T, class C>
 __device__ __forceinline__ bool unscale_chunk(T* g, int64_t begin, int64_t end, C s, bool identity) {

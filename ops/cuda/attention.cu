@@ -50,16 +50,6 @@ constexpr int kTile = 32;      // generic kernels: keys (queries) per tile = lan
 constexpr size_t kDefaultSmem = 48 * 1024;
 
 template <class C>
-__device__ __forceinline__ C exp_c(C x) {
-  if constexpr (std::is_same_v<C, float>) return expf(x);
-  else return exp(x);
-}
-template <class C>
-__device__ __forceinline__ C log_c(C x) {
-  if constexpr (std::is_same_v<C, float>) return logf(x);
-  else return log(x);
-}
-template <class C>
 __device__ __forceinline__ C warp_max(C v) {
   for (int o = 16; o > 0; o /= 2) v = fmax(v, __shfl_xor_sync(kFullMask, v, o));
   return v;

@@ -32,6 +32,7 @@
 
 #include "ember/cuda/device_checks.h"
 #include "kernels/classifier.h"
+#include "kernels/target_dtype.h"
 #include "reduce_utils.cuh"
 
 namespace ember::ops::cuda {
@@ -40,30 +41,6 @@ namespace {
 
 constexpr int kMaxThreads = 1024;
 constexpr int kTotalThreads = 1024;
-
-template <class C>
-__device__ __forceinline__ C exp_c(C x) {
-  if constexpr (std::is_same_v<C, float>) return expf(x);
-  else return exp(x);
-}
-template <class C>
-__device__ __forceinline__ C log_c(C x) {
-  if constexpr (std::is_same_v<C, float>) return logf(x);
-  else return log(x);
-}
-
-// Online softmax statistics: max m and sum of exp(x - m). While only -inf has been seen,
-// m = -inf and s = 0 (never exp(-inf - -inf)).
-template <class C>
-struct MaxSum {
-  C m, s;
-};
-template <class C>
-__device__ __forceinline__ MaxSum<C> max_sum_merge(MaxSum<C> a, MaxSum<C> b) {
-  const C m = a.m > b.m ? a.m : b.m;
-  if (m == -std::numeric_limits<C>::infinity()) return {m, C(0)};
-  return {m, a.s * exp_c(a.m - m) + b.s * exp_c(b.m - m)};
-}
 
 // Elements per 16-byte access.
 template <class S>
@@ -206,16 +183,6 @@ __global__ void linear_cross_entropy_total_kernel(const double* __restrict__ row
   }
 }
 
-template <class F>
-void visit_target(DType t, F&& f) {
-  switch (t) {
-    case DType::i64: return f(int64_t{});
-    case DType::i32: return f(int32_t{});
-    case DType::u8: return f(uint8_t{});
-    default: throw DTypeError(str("[linear_cross_entropy] unsupported target dtype ", t));
-  }
-}
-
 // Threads per row: a power of two covering the row's packs (a function of the shape alone).
 int row_threads(int64_t packs) {
   int t = 32;
@@ -300,7 +267,7 @@ void linear_cross_entropy_fwd_kernel(const Tensor& logits, const Tensor& target,
                                      const Tensor& grad_factor, int64_t classes, int64_t ignore_index,
                                      bool mean, bool write_grad) {
   visit_floating(logits.dtype(), [&](auto tag) {
-    visit_target(target.dtype(), [&](auto ttag) {
+    visit_target(target.dtype(), "linear_cross_entropy", [&](auto ttag) {
       fwd<decltype(tag), decltype(ttag)>(logits, target, loss, grad_factor, classes, ignore_index, mean,
                                          write_grad);
     });

@@ -41,9 +41,10 @@ struct TensorTable {
 };
 static_assert(sizeof(TensorTable<4>) <= 32000, "a tensor table must fit the kernel parameters");
 
-// The tensor whose chunks contain this block: the last i with chunk_begin[i] <= block.
-template <int Depth>
-__device__ __forceinline__ int tensor_of_block(const TensorTable<Depth>& t, int64_t block) {
+// The tensor whose chunks contain this block: the last i with chunk_begin[i] <= block (of a
+// TensorTable, or any table with the same n and chunk_begin: amp.cu's).
+template <class Table>
+__device__ __forceinline__ int tensor_of_block(const Table& t, int64_t block) {
   int lo = 0, hi = t.n - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;

@@ -33,6 +33,7 @@
 
 #include "ember/cuda/device_checks.h"
 #include "kernels/nn.h"
+#include "kernels/target_dtype.h"
 #include "reduce_utils.cuh"
 
 namespace ember::ops::cuda {
@@ -42,17 +43,6 @@ namespace {
 constexpr int kBlockThreads = 256;
 constexpr int kMaxRowDims = 25;  // as the elementwise engine (loops.cuh kMaxDims)
 constexpr size_t kCacheBytes = 40 * 1024;  // shared memory a block may use to keep its rows
-
-template <class C>
-__device__ __forceinline__ C exp_c(C x) {
-  if constexpr (std::is_same_v<C, float>) return expf(x);
-  else return exp(x);
-}
-template <class C>
-__device__ __forceinline__ C log_c(C x) {
-  if constexpr (std::is_same_v<C, float>) return logf(x);
-  else return log(x);
-}
 
 // Row r (row-major over every dim but the reduced one) of a tensor: its first element's
 // offset, in elements. The other dims are coalesced where their strides allow.
@@ -111,15 +101,9 @@ RowLaunch row_launch(int64_t rows, int64_t len) {
   return l;
 }
 
-// ---- online softmax statistics ----
+// ---- online softmax statistics (MaxSum, max_sum_merge: reduce_utils.cuh) ----
 
-// max m and sum of exp(x - m) over a set of elements. A row of -inf keeps m = -inf, s = 0 (so
-// its outputs are NaN, as on the CPU); a NaN makes s NaN.
-template <class C>
-struct MaxSum {
-  C m, s;
-};
-
+// Adds one element. A row of -inf keeps m = -inf, s = 0, so its outputs are NaN, as on the CPU.
 template <class C>
 __device__ __forceinline__ MaxSum<C> max_sum_add(MaxSum<C> a, C v) {
   if (v > a.m) {
@@ -129,13 +113,6 @@ __device__ __forceinline__ MaxSum<C> max_sum_add(MaxSum<C> a, C v) {
     a.s += exp_c(v - a.m);
   }
   return a;
-}
-
-template <class C>
-__device__ __forceinline__ MaxSum<C> max_sum_merge(MaxSum<C> a, MaxSum<C> b) {
-  const C m = a.m > b.m ? a.m : b.m;
-  if (m == -std::numeric_limits<C>::infinity()) return {m, a.s + b.s};
-  return {m, a.s * exp_c(a.m - m) + b.s * exp_c(b.m - m)};
 }
 
 template <class T>
@@ -344,16 +321,6 @@ void softmax_bwd(const Tensor& grad, const Tensor& y, const Tensor& dx, int64_t 
 }
 
 // ---- cross-entropy ----
-
-template <class F>
-void visit_target(DType t, F&& f) {
-  switch (t) {
-    case DType::i64: return f(int64_t{});
-    case DType::i32: return f(int32_t{});
-    case DType::u8: return f(uint8_t{});
-    default: throw DTypeError(str("[cross_entropy] unsupported target dtype ", t));
-  }
-}
 
 // Per row i: row_max, log_sum, and the row's loss (to `loss` with stride los for reduction
 // none, else to row_loss for the total). Bad targets: the smallest such row goes to *bad_row.
@@ -782,7 +749,7 @@ void cross_entropy_fwd_kernel(const Tensor& logits, const Tensor& target, const 
                               const Tensor& row_max, const Tensor& log_sum,
                               const CrossEntropyParams& p) {
   visit_floating(logits.dtype(), [&](auto tag) {
-    visit_target(target.dtype(), [&](auto ttag) {
+    visit_target(target.dtype(), "cross_entropy", [&](auto ttag) {
       cross_entropy_fwd<decltype(tag), decltype(ttag)>(logits, target, loss, row_max, log_sum, p);
     });
   });
@@ -792,7 +759,7 @@ void cross_entropy_bwd_kernel(const Tensor& grad, const Tensor& logits, const Te
                               const Tensor& row_max, const Tensor& log_sum,
                               const Tensor& dlogits, const CrossEntropyParams& p) {
   visit_floating(logits.dtype(), [&](auto tag) {
-    visit_target(target.dtype(), [&](auto ttag) {
+    visit_target(target.dtype(), "cross_entropy", [&](auto ttag) {
       cross_entropy_bwd<decltype(tag), decltype(ttag)>(grad, logits, target, row_max, log_sum,
                                                         dlogits, p);
     });

@@ -1,6 +1,7 @@
-// Device helpers shared by the CUDA reduce and nn families (ops/cuda/reduce.cu, nn.cu):
-// 16-bit loads/stores through the hardware conversions, warp shuffles of any small
-// trivially-copyable value, and deterministic warp/row reductions.
+// Device helpers shared by the CUDA reduce, nn, attention and classifier families (ops/cuda/
+// reduce.cu, nn.cu, attention.cu, classifier.cu): 16-bit loads/stores through the hardware
+// conversions, exp/log in the compute type, online softmax statistics, warp shuffles of any
+// small trivially-copyable value, and deterministic warp/row reductions.
 //
 // Invariants (Note [deterministic CUDA reductions]):
 // - Every reduction here combines values in an order fixed by the launch shape alone (lane
@@ -17,7 +18,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "ember/cuda/check.h"
@@ -64,6 +67,33 @@ __device__ __forceinline__ void store_c(S* p, C v) {
   } else {
     *p = S(v);
   }
+}
+
+// exp/log in the compute type: the f32 intrinsics for f32 (exp/log would promote to f64).
+template <class C>
+__device__ __forceinline__ C exp_c(C x) {
+  if constexpr (std::is_same_v<C, float>) return expf(x);
+  else return exp(x);
+}
+template <class C>
+__device__ __forceinline__ C log_c(C x) {
+  if constexpr (std::is_same_v<C, float>) return logf(x);
+  else return log(x);
+}
+
+// Online softmax statistics of a set of elements: max m and sum s of exp(x - m). A set of
+// only -inf keeps m = -inf, s = 0 (never exp(-inf - -inf)); a NaN makes s NaN.
+template <class C>
+struct MaxSum {
+  C m, s;
+};
+
+// Statistics of the union of two sets.
+template <class C>
+__device__ __forceinline__ MaxSum<C> max_sum_merge(MaxSum<C> a, MaxSum<C> b) {
+  const C m = a.m > b.m ? a.m : b.m;
+  if (m == -std::numeric_limits<C>::infinity()) return {m, a.s + b.s};
+  return {m, a.s * exp_c(a.m - m) + b.s * exp_c(b.m - m)};
 }
 
 template <class T>

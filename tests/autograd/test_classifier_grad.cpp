@@ -7,20 +7,13 @@
 #include <functional>
 #include <string>
 
+#include "support/classifier_composite.h"
 #include "support/test_support.h"
 
 using namespace ember;
 using autograd::gradcheck;
 
 namespace {
-
-Tensor composite(const Tensor& x, const Tensor& w, const Tensor& t, int64_t classes, int64_t ignore,
-                 Reduction r) {
-  Tensor logits = linear(x, w);
-  logits = logits.narrow(logits.dim() - 1, 0, classes);
-  const int64_t n = t.numel();
-  return cross_entropy(logits.reshape({n, classes}), t.reshape({n}), {.ignore_index = ignore, .reduction = r});
-}
 
 struct Grads {
   Tensor loss, dx, dw;
@@ -64,7 +57,7 @@ TEST(ClassifierGrad, MatchesCompositeF32F64) {
       SCOPED_TRACE(str(dtype_name(dt), " reduction ", int(r)));
       const LinearCrossEntropyOptions o{.ignore_index = -1, .num_classes = v, .reduction = r};
       auto fused = [&](const Tensor& xx, const Tensor& ww) { return linear_cross_entropy(xx, ww, t, o); };
-      auto comp = [&](const Tensor& xx, const Tensor& ww) { return composite(xx, ww, t, v, -1, r); };
+      auto comp = [&](const Tensor& xx, const Tensor& ww) { return classifier_composite(xx, ww, t, v, -1, r); };
       expect_same(grads_of(fused, x, w, 2.5), grads_of(comp, x, w, 2.5), rtol, atol);
       auto fused_nc = [&](const Tensor& xb, const Tensor& ww) { return fused(xb.transpose(1, 2), ww); };
       auto comp_nc = [&](const Tensor& xb, const Tensor& ww) { return comp(xb.transpose(1, 2), ww); };
@@ -85,7 +78,8 @@ TEST(ClassifierGrad, AllIgnoredGivesZeroGradients) {
     Grads got = grads_of([&](const Tensor& a, const Tensor& b) {
       return linear_cross_entropy(a, b, t, {.reduction = r});
     }, x, w, 1.0);
-    Grads want = grads_of([&](const Tensor& a, const Tensor& b) { return composite(a, b, t, 6, -100, r); }, x, w, 1.0);
+    Grads want = grads_of(
+        [&](const Tensor& a, const Tensor& b) { return classifier_composite(a, b, t, 6, -100, r); }, x, w, 1.0);
     EXPECT_EQ(std::isnan(got.loss.item<double>()), r == Reduction::mean);
     EXPECT_EQ(std::isnan(want.loss.item<double>()), r == Reduction::mean);
     EXPECT_TRUE(test::all_close(got.dx, want.dx, 0, 0));
@@ -137,7 +131,7 @@ TEST(ClassifierGrad, Bf16AutocastOnCpu) {
   // ... and close to the composite under autocast (bf16 logits, cross_entropy in f32).
   Grads want = grads_of([&](const Tensor& a, const Tensor& b) {
     amp::autocast ac(Device::cpu(), DType::bf16);
-    return composite(a, b, t, v, -1, Reduction::mean);
+    return classifier_composite(a, b, t, v, -1, Reduction::mean);
   }, x, w, 1.0);
   EXPECT_TRUE(test::all_close(loss, want.loss, 1e-3, 1e-3));
   EXPECT_TRUE(test::all_close(xa.grad(), want.dx, 2e-2, 2e-4));
@@ -176,8 +170,9 @@ TEST(ClassifierGrad, DoubleBackwardThrows) {
   TensorList g = autograd::grad({linear_cross_entropy(x, w, t)}, {x, w}, {}, true, true);
   ASSERT_TRUE(g[0].requires_grad());
   // The first-order values are still right under create_graph.
-  Grads want = grads_of([&](const Tensor& a, const Tensor& b) { return composite(a, b, t, 5, -100, Reduction::mean); },
-                        x, w, 1.0);
+  Grads want = grads_of(
+      [&](const Tensor& a, const Tensor& b) { return classifier_composite(a, b, t, 5, -100, Reduction::mean); },
+      x, w, 1.0);
   EXPECT_TRUE(test::all_close(g[0].detach(), want.dx, 1e-12, 1e-14));
   try {
     g[0].sum().backward();

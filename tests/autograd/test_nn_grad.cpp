@@ -358,14 +358,7 @@ TEST(NnGrad, LayerNormDoubleBackwardThrows) {
 
 namespace {
 
-double cuda_rtol(DType dt) {
-  switch (dt) {
-    case DType::f64: return 1e-12;
-    case DType::f32: return 1e-5;
-    case DType::f16: return 2e-3;
-    default: return 1.6e-2;
-  }
-}
+using test::cuda_rtol;
 
 ::testing::AssertionResult grad_close(const Tensor& cuda_grad, const Tensor& cpu_grad, double rtol) {
   if (!cuda_grad.defined() || !cpu_grad.defined()) return ::testing::AssertionFailure() << "no gradient";

@@ -10,23 +10,16 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <ember/ops/classifier.h>
 
+#include "support/classifier_composite.h"
 #include "support/test_support.h"
 
 using namespace ember;
 
 namespace {
-
-// The composite the fused op replaces.
-Tensor composite(const Tensor& x, const Tensor& w, const Tensor& t, int64_t classes, int64_t ignore,
-                 Reduction r) {
-  Tensor logits = linear(x, w);
-  logits = logits.narrow(logits.dim() - 1, 0, classes);
-  const int64_t n = t.numel();
-  return cross_entropy(logits.reshape({n, classes}), t.reshape({n}), {.ignore_index = ignore, .reduction = r});
-}
 
 struct Tol {
   double rtol, atol;
@@ -56,14 +49,14 @@ TEST(Classifier, LossMatchesCompositeWithPaddingIgnoreAndReductions) {
     for (Reduction r : {Reduction::mean, Reduction::sum}) {
       SCOPED_TRACE(str(dtype_name(dt), " reduction ", int(r)));
       Tensor got = linear_cross_entropy(x, wpad, t, {.ignore_index = -1, .num_classes = v, .reduction = r});
-      Tensor want = composite(x, wpad, t, v, -1, r);
+      Tensor want = classifier_composite(x, wpad, t, v, -1, r);
       EXPECT_EQ(got.dtype(), dt);
       EXPECT_EQ(got.sizes(), Shape{});
       const Tol tl = tol_for(dt);
       EXPECT_TRUE(test::all_close(got, want, tl.rtol, tl.atol));
       // num_classes = -1: every row of w is a class (here the padded ones too).
       EXPECT_TRUE(test::all_close(linear_cross_entropy(x, wpad, t, {.ignore_index = -1, .reduction = r}),
-                                  composite(x, wpad, t, vp, -1, r), tl.rtol, tl.atol));
+                                  classifier_composite(x, wpad, t, vp, -1, r), tl.rtol, tl.atol));
     }
   }
 }
@@ -77,7 +70,7 @@ TEST(Classifier, LossLeadingDimsNonContiguousAndOneRow) {
   Tensor x = randn({b, tt, c}, DType::f64);
   Tensor xs = x.transpose(1, 2).contiguous().transpose(1, 2);
   ASSERT_FALSE(xs.is_contiguous());
-  Tensor want = composite(x, w, t, v, -100, Reduction::mean);
+  Tensor want = classifier_composite(x, w, t, v, -100, Reduction::mean);
   EXPECT_TRUE(test::all_close(linear_cross_entropy(x, w, t, {.num_classes = v}), want, 1e-12, 1e-12));
   EXPECT_TRUE(test::all_close(linear_cross_entropy(xs, w, t, {.num_classes = v}), want, 1e-12, 1e-12));
   // A non-contiguous weight (a transposed view) and a strided target.
@@ -97,7 +90,7 @@ TEST(Classifier, AllIgnoredAndEmpty) {
   Tensor x = randn({4, 6}), w = randn({9, 6});
   Tensor t = full({4}, -100, DType::i64);
   // PyTorch (and the composite): the mean over no targets is NaN, the sum 0.
-  EXPECT_TRUE(std::isnan(composite(x, w, t, 7, -100, Reduction::mean).item<double>()));
+  EXPECT_TRUE(std::isnan(classifier_composite(x, w, t, 7, -100, Reduction::mean).item<double>()));
   EXPECT_TRUE(std::isnan(linear_cross_entropy(x, w, t, {.num_classes = 7}).item<double>()));
   EXPECT_EQ(linear_cross_entropy(x, w, t, {.num_classes = 7, .reduction = Reduction::sum}).item<double>(), 0.0);
   Tensor e = zeros({0, 6});
@@ -212,7 +205,9 @@ void expect_cuda_matches_cpu(int64_t n, int64_t c, int64_t vp, int64_t v, std::o
   EXPECT_TRUE(test::all_close(gpu.dx, cpu.dx, rtol, atol / double(n)));
   EXPECT_TRUE(test::all_close(gpu.dw, cpu.dw, rtol, atol / double(n)));
   // The padded classes get exactly no gradient.
-  if (v < vp) EXPECT_EQ(gpu.dw.narrow(0, v, vp - v).abs().max().item<double>(), 0.0);
+  if (v < vp) {
+    EXPECT_EQ(gpu.dw.narrow(0, v, vp - v).abs().max().item<double>(), 0.0);
+  }
 }
 
 }  // namespace
@@ -238,6 +233,21 @@ TEST(ClassifierCuda, MatchesCpuGpt2Vocabulary) {
   EMBER_SKIP_WITHOUT_CUDA();
   expect_cuda_matches_cpu(48, 64, 50304, 50257, DType::bf16, 3e-2, 3e-2, 2e-3);
   expect_cuda_matches_cpu(48, 64, 50304, 50257, std::nullopt, 1e-4, 1e-5, 1e-5);
+}
+
+// A NaN logit makes the loss NaN (as on the CPU and in PyTorch) even where the thread holding
+// it is merged first with one that saw only -inf logits: f32, 64 classes in 16-byte packs, so
+// thread 0 holds classes 0-3 (class 0 NaN) and thread 1 classes 4-7 (all -inf).
+TEST(ClassifierCuda, NanLogitBesideMaskedClassesGivesNanLoss) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  std::vector<float> xv(8, 0.f), wv = randn({64, 8}).to_vector<float>();
+  xv[0] = 1.f;  // logit c = w[c][0] exactly
+  wv[0] = std::numeric_limits<float>::quiet_NaN();
+  for (int c = 4; c < 8; ++c) wv[size_t(c) * 8] = -std::numeric_limits<float>::infinity();
+  Tensor x = tensor<float>(xv, {1, 8}), w = tensor<float>(wv, {64, 8}), t = tensor<int64_t>({10}, {1});
+  EXPECT_TRUE(std::isnan(linear_cross_entropy(x, w, t).item<double>())) << "the CPU reference";
+  EXPECT_TRUE(std::isnan(linear_cross_entropy(x.to(Device::cuda()), w.to(Device::cuda()), t.to(Device::cuda()))
+                             .item<double>()));
 }
 
 TEST(ClassifierCuda, AllIgnoredAndBadTargetDeferred) {

@@ -14,52 +14,12 @@
 #include <ember/ops/attention.h>
 #include <ember/profiler.h>
 
+#include "support/attention_check.h"
 #include "support/test_support.h"
 
 using namespace ember;
 
 namespace {
-
-double unit_roundoff_of(DType dt) {
-  return dt == DType::f16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
-}
-
-// The error budget of one output relative to its scale (as tests/ops/test_attention.cpp):
-// 3u for the 16-bit rounding of the result and of the tensor-core operands P and dS, plus
-// 8 sqrt(n) f32 roundoffs for the f32 accumulation over n terms in another order.
-double budget_of(DType dt, int64_t n) {
-  return 3 * unit_roundoff_of(dt) + 8 * std::sqrt(double(n)) * std::ldexp(1.0, -24);
-}
-
-// ||got - ref|| <= budget ||ref|| and, element by element, |got_i - ref_i| <= 4 budget
-// (|ref_i| + rms(ref)); an all-zero reference allows |got_i| <= budget * zero_scale.
-::testing::AssertionResult near(const Tensor& got, const Tensor& ref, double budget,
-                                double zero_scale = 0) {
-  if (got.sizes() != ref.sizes())
-    return ::testing::AssertionFailure() << "shape " << str(got.sizes()) << " vs " << str(ref.sizes());
-  const std::vector<double> g = got.to(Device::cpu(), DType::f64).contiguous().to_vector<double>();
-  const std::vector<double> r = ref.to(Device::cpu(), DType::f64).contiguous().to_vector<double>();
-  double err2 = 0, ref2 = 0;
-  for (size_t i = 0; i < r.size(); ++i) {
-    if (!std::isfinite(g[i])) return ::testing::AssertionFailure() << "element " << i << " is " << g[i];
-    err2 += (g[i] - r[i]) * (g[i] - r[i]);
-    ref2 += r[i] * r[i];
-  }
-  if (ref2 == 0) {
-    for (size_t i = 0; i < g.size(); ++i)
-      if (!(std::fabs(g[i]) <= budget * zero_scale))
-        return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " where 0 is expected";
-    return ::testing::AssertionSuccess();
-  }
-  const double rms = std::sqrt(ref2 / double(r.size()));
-  if (!(std::sqrt(err2) <= budget * std::sqrt(ref2)))
-    return ::testing::AssertionFailure() << "relative error in norm " << std::sqrt(err2) / std::sqrt(ref2)
-                                         << " > budget " << budget;
-  for (size_t i = 0; i < r.size(); ++i)
-    if (!(std::fabs(g[i] - r[i]) <= 4 * budget * (std::fabs(r[i]) + rms)))
-      return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs " << r[i];
-  return ::testing::AssertionSuccess();
-}
 
 // lse is computed in f32 from the exact products of the rounded inputs (no 16-bit rounding
 // of its own), so its budget is f32-sized: an lse off by a small constant (a wrong log base or
@@ -116,17 +76,17 @@ void check_against_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const 
   EXPECT_EQ(fwd_runs, expect_flash ? 1 : 0) << "tensor-core forward runs";
   EXPECT_EQ(bwd_runs, expect_flash ? 1 : 0) << "tensor-core backward runs";
   ASSERT_EQ(gf.out.dtype(), dt);
-  const double budget = budget_of(dt, std::max({Tq, Tk, D}));
-  EXPECT_TRUE(near(gf.out, rf.out, budget)) << "out";
-  EXPECT_TRUE(near(gf.lse, rf.lse, lse_budget_of(std::max({Tq, Tk, D})))) << "lse";
+  const double budget = attention_budget(dt, std::max({Tq, Tk, D}));
+  EXPECT_TRUE(within_budget(gf.out, rf.out, budget)) << "out";
+  EXPECT_TRUE(within_budget(gf.lse, rf.lse, lse_budget_of(std::max({Tq, Tk, D})))) << "lse";
   // Delta = rowsum(dO * O) reads the rounded forward output: one more rounding.
-  const double bwd = budget + unit_roundoff_of(dt);
+  const double bwd = budget + unit_roundoff(dt);
   // A query that sees one key has dq = 0 and gives dk = 0: dP - Delta cancels terms of about
   // sqrt(D) (unit-normal inputs).
   const double zero_scale = std::sqrt(double(D));
-  EXPECT_TRUE(near(gb.dq, rb.dq, bwd, zero_scale)) << "dq";
-  EXPECT_TRUE(near(gb.dk, rb.dk, bwd, zero_scale)) << "dk";
-  EXPECT_TRUE(near(gb.dv, rb.dv, bwd)) << "dv";
+  EXPECT_TRUE(within_budget(gb.dq, rb.dq, bwd, zero_scale)) << "dq";
+  EXPECT_TRUE(within_budget(gb.dk, rb.dk, bwd, zero_scale)) << "dk";
+  EXPECT_TRUE(within_budget(gb.dv, rb.dv, bwd)) << "dv";
 }
 
 Tensor randn_on(const Shape& sizes, DType dt, Generator& gen) {
@@ -205,10 +165,10 @@ TEST(FlashAttentionCuda, PackedFrontMatchesCpu) {
       gd = ops::scaled_dot_product_attention_packed_backward(gy, qkv, gf.out, gf.lse, H, true);
     });
     EXPECT_EQ(runs, std::make_pair(int64_t(1), int64_t(1))) << "tensor-core forward, backward runs";
-    const double budget = budget_of(dt, T);
-    EXPECT_TRUE(near(gf.out, rf.out, budget)) << "y";
-    EXPECT_TRUE(near(gf.lse, rf.lse, lse_budget_of(T))) << "lse";
-    EXPECT_TRUE(near(gd, rd, budget + unit_roundoff_of(dt), std::sqrt(double(D)))) << "dqkv";
+    const double budget = attention_budget(dt, T);
+    EXPECT_TRUE(within_budget(gf.out, rf.out, budget)) << "y";
+    EXPECT_TRUE(within_budget(gf.lse, rf.lse, lse_budget_of(T))) << "lse";
+    EXPECT_TRUE(within_budget(gd, rd, budget + unit_roundoff(dt), std::sqrt(double(D)))) << "dqkv";
   }
 }
 
@@ -292,13 +252,13 @@ TEST(FlashAttentionCuda, ManyHeads) {
     gb = ops::scaled_dot_product_attention_backward(g, q, k, v, gf.out, gf.lse, true);
   });
   EXPECT_EQ(runs, std::make_pair(int64_t(1), int64_t(1))) << "tensor-core forward, backward runs";
-  const double budget = budget_of(dt, c.D);
-  EXPECT_TRUE(near(gf.out, rf.out, budget)) << "out";
-  EXPECT_TRUE(near(gf.lse, rf.lse, lse_budget_of(c.D))) << "lse";
+  const double budget = attention_budget(dt, c.D);
+  EXPECT_TRUE(within_budget(gf.out, rf.out, budget)) << "out";
+  EXPECT_TRUE(within_budget(gf.lse, rf.lse, lse_budget_of(c.D))) << "lse";
   const double zero_scale = std::sqrt(double(c.D));
-  EXPECT_TRUE(near(gb.dq, rb.dq, budget + unit_roundoff_of(dt), zero_scale)) << "dq";
-  EXPECT_TRUE(near(gb.dk, rb.dk, budget + unit_roundoff_of(dt), zero_scale)) << "dk";
-  EXPECT_TRUE(near(gb.dv, rb.dv, budget + unit_roundoff_of(dt))) << "dv";
+  EXPECT_TRUE(within_budget(gb.dq, rb.dq, budget + unit_roundoff(dt), zero_scale)) << "dq";
+  EXPECT_TRUE(within_budget(gb.dk, rb.dk, budget + unit_roundoff(dt), zero_scale)) << "dk";
+  EXPECT_TRUE(within_budget(gb.dv, rb.dv, budget + unit_roundoff(dt))) << "dv";
 }
 
 // No atomics: two backward runs give bit-identical gradients (and two forwards identical

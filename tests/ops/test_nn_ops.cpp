@@ -540,28 +540,8 @@ INSTANTIATE_TEST_SUITE_P(Devices, NnOps, ::testing::ValuesIn(test::test_devices(
 
 namespace {
 
-double cuda_rtol(DType dt) {
-  switch (dt) {
-    case DType::f64: return 1e-12;
-    case DType::f32: return 1e-5;
-    case DType::f16: return 2e-3;
-    default: return 1.6e-2;
-  }
-}
-
-::testing::AssertionResult close_to_cpu(const Tensor& cuda_result, const Tensor& cpu_result,
-                                        double rtol) {
-  if (!cuda_result.device().is_cuda())
-    return ::testing::AssertionFailure() << "the CUDA result lives on " << cuda_result.device().str();
-  if (cuda_result.dtype() != cpu_result.dtype() || cuda_result.sizes() != cpu_result.sizes())
-    return ::testing::AssertionFailure()
-           << dtype_name(cuda_result.dtype()) << " " << str(cuda_result.sizes()) << " vs "
-           << dtype_name(cpu_result.dtype()) << " " << str(cpu_result.sizes());
-  double scale = 0;
-  for (double v : cpu_result.to_vector<double>())
-    if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
-  return test::all_close(cuda_result.to(Device::cpu()), cpu_result, rtol, rtol * scale);
-}
+using test::close_to_cpu;
+using test::cuda_rtol;
 
 bool bits_equal(const Tensor& a, const Tensor& b) {
   auto va = a.to_vector<double>(), vb = b.to_vector<double>();

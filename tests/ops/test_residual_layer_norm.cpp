@@ -286,24 +286,8 @@ TEST(ResidualLayerNorm, BadInputs) {
 namespace {
 const Device kGpu = Device::cuda(0);
 
-double cuda_rtol(DType dt) {
-  switch (dt) {
-    case DType::f64: return 1e-12;
-    case DType::f32: return 1e-5;
-    case DType::f16: return 2e-3;
-    default: return 1.6e-2;
-  }
-}
-::testing::AssertionResult close_to_cpu(const Tensor& gpu, const Tensor& cpu, double rtol) {
-  if (!gpu.defined() || !cpu.defined())
-    return gpu.defined() == cpu.defined() ? ::testing::AssertionSuccess()
-                                          : ::testing::AssertionFailure() << "one is undefined";
-  if (gpu.dtype() != cpu.dtype() || gpu.sizes() != cpu.sizes())
-    return ::testing::AssertionFailure() << dtype_name(gpu.dtype()) << " vs " << dtype_name(cpu.dtype());
-  double scale = 0;
-  for (double v : cpu.to_vector<double>()) scale = std::max(scale, std::fabs(v));
-  return test::all_close(gpu.to(Device::cpu()), cpu, rtol, rtol * scale);
-}
+using test::close_to_cpu;
+using test::cuda_rtol;
 }  // namespace
 
 // f32, bf16, f32 x + bf16 delta, and f32 + bf16 under CUDA autocast (bf16 y), at GPT's C = 768,

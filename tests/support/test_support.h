@@ -34,6 +34,17 @@ std::string device_label(const ::testing::TestParamInfo<Device>& info);
                                      const std::vector<double>& expected, double rtol = 1e-5,
                                      double atol = 1e-6);
 
+// CUDA against the CPU path, for the fused nn kernels (softmax, cross-entropy, layer norm)
+// run on both devices from the same (rounded) inputs: the relative tolerance of a result of
+// dtype dt, f64 1e-12; f32 1e-5 (same compute type, different summation order); f16 2e-3 and
+// bf16 1.6e-2 (both compute in f32 and round once: about one unit of the last place).
+double cuda_rtol(DType dt);
+// cuda_result (on a CUDA device) against cpu_result, of the same dtype and shape: all_close
+// with rtol and an absolute floor of rtol times the largest finite |cpu_result| value. Two
+// undefined tensors agree; one undefined does not.
+::testing::AssertionResult close_to_cpu(const Tensor& cuda_result, const Tensor& cpu_result,
+                                        double rtol);
+
 // A named array from a fixture file: lines "name shape... : values...".
 struct Fixture {
   Shape shape;

@@ -1,0 +1,24 @@
+// Private to ops/: the class-index target dtypes the losses taking targets (cross_entropy,
+// linear_cross_entropy) accept, visited the same way by their CPU and CUDA drivers.
+#pragma once
+
+#include <cstdint>
+
+#include "ember/dtype.h"
+#include "ember/error.h"
+
+namespace ember::ops {
+
+// f(T{}) with T the C++ type of target dtype t (i64, i32 or u8); any other dtype is a
+// DTypeError naming `op`.
+template <class F>
+void visit_target(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::i64: return f(int64_t{});
+    case DType::i32: return f(int32_t{});
+    case DType::u8: return f(uint8_t{});
+    default: throw DTypeError(str("[", op, "] unsupported target dtype ", t));
+  }
+}
+
+}  // namespace ember::ops

@@ -1,0 +1,74 @@
+// The error budgets and the closeness check of the attention tests against an f64 reference
+// (tests/ops/test_attention.cpp, tests/ops/test_flash_attention_cuda.cpp), with tolerances
+// derived from the rounding.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include <ember/ember.h>
+
+// Unit roundoff of the storage dtype: half an ulp of 1.
+inline double unit_roundoff(ember::DType dt) {
+  switch (dt) {
+    case ember::DType::f16: return std::ldexp(1.0, -11);
+    case ember::DType::bf16: return std::ldexp(1.0, -8);
+    case ember::DType::f32: return std::ldexp(1.0, -24);
+    default: return std::ldexp(1.0, -53);
+  }
+}
+
+// The error budget of one attention output or gradient, relative to its scale, when the kernel
+// computes in f32 over `n` terms from inputs already rounded to `dt`:
+// - 16-bit: the result is rounded once on store (u), and the tensor-core operands P and dS are
+//   rounded to 16 bits before their products (about u per term, random in sign, so about u
+//   relative to the sum's own scale, not growing with n); 3u covers both with room for the
+//   row statistics (lse, D = rowsum(dO * O)) computed from rounded operands.
+// - f32 accumulation over n terms in another order: about sqrt(n) f32 roundoffs (random walk);
+//   8 sqrt(n) u32 leaves room for exp/log differences of a few ulps.
+inline double attention_budget(ember::DType dt, int64_t n) {
+  const double u = unit_roundoff(dt);
+  const double u32 = unit_roundoff(ember::DType::f32);
+  return (dt == ember::DType::f32 ? 0.0 : 3 * u) + 8 * std::sqrt(double(n)) * u32;
+}
+
+// Checks `got` (any dtype, any device) against the f64 `ref` within `budget`: in norm,
+// ||got - ref|| <= budget ||ref||, and element by element, |got_i - ref_i| <= 4 budget
+// (|ref_i| + rms(ref)) (the rms floor: rounding errors scale with the row's terms, not with an
+// element that happens to cancel to near zero). A result scaled by 5% fails both for the
+// 16-bit dtypes (budget <= 1.2e-2); a single wrong element fails the second.
+// A reference that is exactly zero (dq and dk with one key: the softmax is constant) leaves
+// only the residue of terms that cancel: |got_i| <= budget * zero_scale, the terms' magnitude.
+inline ::testing::AssertionResult within_budget(const ember::Tensor& got, const ember::Tensor& ref,
+                                                double budget, double zero_scale = 0) {
+  if (got.sizes() != ref.sizes())
+    return ::testing::AssertionFailure() << "shape " << ember::str(got.sizes()) << " vs "
+                                         << ember::str(ref.sizes());
+  const std::vector<double> g = got.to(ember::Device::cpu(), ember::DType::f64).contiguous().to_vector<double>();
+  const std::vector<double> r = ref.to(ember::Device::cpu(), ember::DType::f64).contiguous().to_vector<double>();
+  double err2 = 0, ref2 = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    err2 += (g[i] - r[i]) * (g[i] - r[i]);
+    ref2 += r[i] * r[i];
+  }
+  if (r.empty()) return ::testing::AssertionSuccess();
+  if (ref2 == 0) {
+    for (size_t i = 0; i < g.size(); ++i)
+      if (!(std::fabs(g[i]) <= budget * zero_scale))
+        return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " where the terms cancel to 0 "
+                                             << "(allowed " << budget * zero_scale << ")";
+    return ::testing::AssertionSuccess();
+  }
+  const double rms = std::sqrt(ref2 / double(r.size()));
+  if (!(std::sqrt(err2) <= budget * std::sqrt(ref2)))
+    return ::testing::AssertionFailure() << "relative error in norm " << std::sqrt(err2) / std::sqrt(ref2)
+                                         << " > budget " << budget;
+  for (size_t i = 0; i < r.size(); ++i)
+    if (!(std::fabs(g[i] - r[i]) <= 4 * budget * (std::fabs(r[i]) + rms)))
+      return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs " << r[i]
+                                           << " (budget " << budget << ", rms " << rms << ")";
+  return ::testing::AssertionSuccess();
+}
