@@ -179,8 +179,8 @@ Tensor GPT::trunk(const Tensor& idx, KVCache* cache) const {
   for (size_t i = 0; i < blocks.size(); ++i) {
     const Block& b = *blocks[i];
     std::tie(x, h) = add_and_norm(x, b.attn.forward(h), b.ln_2);
-    std::tie(x, h) = add_and_norm(x, b.mlp.forward(h),
-                                         i + 1 < blocks.size() ? blocks[i + 1]->ln_1 : ln_f);
+    std::tie(x, h) =
+        add_and_norm(x, b.mlp.forward(h), i + 1 < blocks.size() ? blocks[i + 1]->ln_1 : ln_f);
   }
   return h;
 }
