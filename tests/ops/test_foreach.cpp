@@ -58,6 +58,7 @@ TensorList make_list(int count, const std::vector<DType>& dtypes, Device dev, bo
 
 bool same_bits(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
+  if (a.numel() == 0) return true;  // no data pointer to compare (memcmp of null is undefined)
   Tensor x = a.cpu().contiguous(), y = b.cpu().contiguous();
   return std::memcmp(x.data_ptr(), y.data_ptr(), size_t(x.numel()) * x.element_size()) == 0;
 }
