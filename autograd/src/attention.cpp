@@ -16,21 +16,17 @@
 #include "ember/ops/attention.h"
 #include "ember/autograd/function.h"
 #include "ember/functions.h"
+#include "fused_util.h"
 
 namespace ember {
 
+using autograd::no_double_backward;
 using autograd::record;
 using autograd::save;
 
 namespace {
 
-Tensor no_double_backward(const Tensor& grad, std::initializer_list<Tensor> inputs,
-                          const char* op = "scaled_dot_product_attention_backward") {
-  return record(op, grad, inputs, [op](const Tensor&) -> TensorList {
-    throw NotImplementedError(
-        str("[", op, "] double backward (differentiating this op's gradient) is not implemented"));
-  });
-}
+constexpr const char* kBackward = "scaled_dot_product_attention_backward";
 
 }  // namespace
 
@@ -49,9 +45,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                   const Tensor& vv = v;
                   ops::AttentionBackward b = ops::scaled_dot_product_attention_backward(
                       g, qv, kv, vv, out.detach(), lse, causal, scale);
-                  return {no_double_backward(b.dq, {g, qv, kv, vv}),
-                          no_double_backward(b.dk, {g, qv, kv, vv}),
-                          no_double_backward(b.dv, {g, qv, kv})};
+                  return {no_double_backward(kBackward, b.dq, {g, qv, kv, vv}),
+                          no_double_backward(kBackward, b.dk, {g, qv, kv, vv}),
+                          no_double_backward(kBackward, b.dv, {g, qv, kv})};
                 });
 }
 
@@ -67,8 +63,8 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t n_head, bo
                   const Tensor& x = qkv;
                   Tensor dqkv = ops::scaled_dot_product_attention_packed_backward(
                       g, x, out.detach(), lse, n_head, causal, scale);
-                  return {no_double_backward(dqkv, {g, x},
-                                             "scaled_dot_product_attention_packed_backward")};
+                  return {no_double_backward("scaled_dot_product_attention_packed_backward", dqkv,
+                                             {g, x})};
                 });
 }
 

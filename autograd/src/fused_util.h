@@ -1,4 +1,4 @@
-// Private helpers of the autograd files of the fused nn ops (nn.cpp, classifier.cpp).
+// Private helpers of the autograd files of the fused ops (nn.cpp, classifier.cpp, attention.cpp).
 #pragma once
 
 #include <initializer_list>

@@ -108,7 +108,7 @@ void run_backward(const char* op, const Geometry& g, const Tensor& grad, const T
     if (dq.numel() > 0) fill_(dq, 0);
     return;
   }
-  const Tensor gr = grad.dtype() == q.dtype() ? grad : to(grad, grad.device(), q.dtype());
+  const Tensor gr = to(grad, grad.device(), q.dtype());  // grad itself when it matches
   EMBER_DISPATCH_KERNEL(q.device(), attention_bwd_kernel, as_operand(gr), as_operand(q),
                         as_operand(k), as_operand(v), as_operand(out), contiguous(lse),
                         as_operand(dq), as_operand(dk), as_operand(dv), causal, g.scale);

@@ -33,8 +33,6 @@ Tensor as_rows_2d(const Tensor& x, int64_t n, int64_t c) {
   return detail::make_view(xc, {n, c}, {c, 1}, xc.storage_offset());
 }
 
-Tensor cast(const Tensor& t, DType dtype) { return t.dtype() == dtype ? t : to(t, t.device(), dtype); }
-
 }  // namespace
 
 LinearCrossEntropyForward linear_cross_entropy_forward(const Tensor& x, const Tensor& weight,
@@ -117,7 +115,7 @@ LinearCrossEntropyBackward linear_cross_entropy_backward(const Tensor& grad, con
               ValueError, "[", op, "] dlogits must be the forward's contiguous ", x.dtype(), " [", n, ", ", vp,
               "] and the factor its ", st, " scalar, got ", dlogits.dtype(), " ", dlogits.sizes(), " and ",
               grad_factor.dtype(), " ", grad_factor.sizes());
-  const Tensor g = cast(grad, st);
+  const Tensor g = to(grad, grad.device(), st);  // grad itself when already st
   LinearCrossEntropyBackward out;
   if (needs[0]) {
     Tensor dx = matmul(dlogits, weight);  // [N, C]

@@ -57,7 +57,7 @@ Tensor foreach_norm(const std::vector<Tensor>& tensors, double ord) {
   TensorList norms;
   for (const Tensor& t : tensors) {
     if (t.numel() == 0) continue;
-    Tensor w = t.dtype() == out_dtype ? t : to(t, device, out_dtype);
+    Tensor w = to(t, device, out_dtype);  // t itself when already out_dtype
     norms.push_back(as_1d(reduce(ReduceOp::norm, w, {}, false, {.p = ord})));
   }
   if (norms.empty()) {
