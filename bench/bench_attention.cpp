@@ -7,13 +7,18 @@
 //                             [--steps 20] [--warmup 3] [--threads N] [--python PY] [--no-peer]
 //
 // A shape is BxHxTxD for q, k, v of shape [B, H, T, D] (contiguous), with a trailing "c" for
-// causal attention; LIST is comma-separated. Defaults: CPU f32 32x4x64x32c,8x12x256x64c (the
-// MNIST-sized and GPT-small-sized cases); CUDA bf16 16x12x1024x64c (GPT-2 124M), 8x16x2048x128c,
-// 16x12x1024x64 (not causal).
+// causal attention, "p" for a bool key padding mask [B, 1, 1, T] (batch b keeps its first
+// T - (b % 4) T / 8 keys) or "m" for a bool [T, T] attn_mask (lower-triangular: a causal mask
+// spelled out, as models that build their own masks pass it); LIST is comma-separated.
+// Masked cases run ember's attn_mask path (Note [attention masks and dropout]) against the
+// peer's composite with masked_fill. Defaults: CPU f32 32x4x64x32c,8x12x256x64c (the
+// MNIST-sized and GPT-small-sized cases), 32x4x64x32p,8x12x256x64p,8x12x256x64m (masked);
+// CUDA bf16 16x12x1024x64c (GPT-2 124M), 8x16x2048x128c, 16x12x1024x64 (not causal),
+// 16x12x1024x64p (generic kernels: the tensor-core path takes no masks).
 //
 // FLOPs: 4*B*H*T*T*D for the forward (two GEMMs), 2.5x that for the backward (five GEMMs, one
-// of them the forward's recomputed scores), both halved for causal attention; forward+backward
-// is 3.5x. The backward alone is timed as (forward+backward) - forward, on both sides.
+// of them the forward's recomputed scores), both halved for causal attention (masked cases
+// count the full T^2: their kernels visit every block); forward+backward is 3.5x. The backward alone is timed as (forward+backward) - forward, on both sides.
 // Timing: on the CPU each call is timed and the median of --steps taken (as bench_gpt); on CUDA,
 // CUDA events around back-to-back calls, the median of --steps batches (bench/gpu_timing.h); the
 // peer uses the same methods. The forward runs under NoGradGuard; forward+backward with q, k, v
@@ -50,14 +55,17 @@ struct Case {
   std::string spec;  // as given, e.g. "16x12x1024x64c"
   int64_t B = 0, H = 0, T = 0, D = 0;
   bool causal = false;
+  char mask = 0;  // 0, 'p' (key padding [B, 1, 1, T]) or 'm' (bool [T, T])
   double flops_fwd() const { return 4.0 * double(B * H) * double(T) * double(T) * double(D) * (causal ? 0.5 : 1.0); }
 };
 
 bool parse_case(const std::string& s, Case& c) {
   c.spec = s;
   std::string body = s;
-  c.causal = !body.empty() && body.back() == 'c';
-  if (c.causal) body.pop_back();
+  const char last = body.empty() ? 0 : body.back();
+  c.causal = last == 'c';
+  c.mask = last == 'p' || last == 'm' ? last : 0;
+  if (c.causal || c.mask) body.pop_back();
   long long b, h, t, d;
   char tail;
   if (std::sscanf(body.c_str(), "%lldx%lldx%lldx%lld%c", &b, &h, &t, &d, &tail) != 4) return false;
@@ -69,6 +77,21 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The keep-mask (true = take part) of a masked case, or undefined.
+Tensor keep_mask(const Case& c, Device dev) {
+  if (c.mask == 'p') {
+    std::vector<double> keep(size_t(c.B * c.T));
+    for (int64_t b = 0; b < c.B; ++b)
+      for (int64_t j = 0; j < c.T; ++j) keep[size_t(b * c.T + j)] = j < c.T - (b % 4) * c.T / 8;
+    return tensor<double>(keep, {c.B, 1, 1, c.T}).gt(0.5).to(dev);
+  }
+  if (c.mask == 'm') {
+    const Tensor i = arange(c.T).reshape({c.T, 1}), j = arange(c.T).reshape({1, c.T});
+    return j.le(i).to(dev);
+  }
+  return Tensor();
 }
 
 // Seconds per call: CUDA events (gpu_timing.h) on a GPU, else the median of timed calls.
@@ -113,7 +136,8 @@ int main(int argc, char** argv) {
   const Device dev = device_name == "cuda" ? Device::cuda(0) : Device::cpu();
   if (dtype_name_arg.empty()) dtype_name_arg = dev.is_cuda() ? "bf16" : "f32";
   if (shapes.empty())
-    shapes = dev.is_cuda() ? "16x12x1024x64c,8x16x2048x128c,16x12x1024x64" : "32x4x64x32c,8x12x256x64c";
+    shapes = dev.is_cuda() ? "16x12x1024x64c,8x16x2048x128c,16x12x1024x64,16x12x1024x64p"
+                           : "32x4x64x32c,8x12x256x64c,32x4x64x32p,8x12x256x64p,8x12x256x64m";
   const DType dtype = dtype_name_arg == "bf16" ? DType::bf16 : dtype_name_arg == "f16" ? DType::f16 : DType::f32;
 
   std::vector<Case> cases;
@@ -123,7 +147,7 @@ int main(int argc, char** argv) {
     while (std::getline(ss, item, ',')) {
       Case c;
       if (!parse_case(item, c)) {
-        std::fprintf(stderr, "bench_attention: bad shape '%s' (want BxHxTxD or BxHxTxDc)\n", item.c_str());
+        std::fprintf(stderr, "bench_attention: bad shape '%s' (want BxHxTxD[c|p|m])\n", item.c_str());
         return 2;
       }
       cases.push_back(c);
@@ -139,18 +163,19 @@ int main(int argc, char** argv) {
     const TensorOptions o = TensorOptions(dtype).device(dev);
     const Tensor q = randn({c.B, c.H, c.T, c.D}, o), k = randn({c.B, c.H, c.T, c.D}, o),
                  v = randn({c.B, c.H, c.T, c.D}, o), dy = randn({c.B, c.H, c.T, c.D}, o);
+    const Tensor mask = keep_mask(c, dev);
     Times& t = ember_times[i];
     t.fwd = time_calls(
         [&] {
           NoGradGuard no_grad;
-          (void)scaled_dot_product_attention(q, k, v, c.causal);
+          (void)scaled_dot_product_attention(q, k, v, mask, 0.0, c.causal);
         },
         dev, steps, warmup);
     Tensor qg = q.detach().clone().requires_grad_(), kg = k.detach().clone().requires_grad_(),
            vg = v.detach().clone().requires_grad_();
     t.fwd_bwd = time_calls(
         [&] {
-          scaled_dot_product_attention(qg, kg, vg, c.causal).backward(dy);
+          scaled_dot_product_attention(qg, kg, vg, mask, 0.0, c.causal).backward(dy);
           qg.set_grad(Tensor());
           kg.set_grad(Tensor());
           vg.set_grad(Tensor());

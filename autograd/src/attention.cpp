@@ -10,6 +10,12 @@
 // zero-filled select backwards) nor the head merge (transpose + contiguous) is materialized.
 // It shares scaled_dot_product_attention's autocast row: the same kernels, the same reasons.
 //
+// The attn_mask / dropout_p form (PyTorch's signature) runs the same kernels with
+// ops::AttentionExtras (Note [attention masks and dropout]). Dropout reserves its counters from
+// q's device's default generator at the forward and the backward regenerates the mask from
+// that state (nothing of size Tq x Tk is saved), so manual_seed reproduces it. The gradient
+// of a floating mask that requires grad is not implemented: the VJP throws if it is needed.
+//
 // Double backward is not implemented: the gradients are recorded with a VJP that throws, so
 // differentiating them fails loudly instead of silently giving zeros.
 #include "autocast_policy.h"
@@ -48,6 +54,47 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                   return {no_double_backward(kBackward, b.dq, {g, qv, kv, vv}),
                           no_double_backward(kBackward, b.dk, {g, qv, kv, vv}),
                           no_double_backward(kBackward, b.dv, {g, qv, kv})};
+                });
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& attn_mask, double dropout_p, bool is_causal,
+                                    std::optional<double> scale) {
+  if (!attn_mask.defined() && dropout_p == 0)
+    return scaled_dot_product_attention(q, k, v, is_causal, scale);
+  if (autocast::any_enabled()) [[unlikely]]
+    if (auto c = autograd::autocast_inputs(autograd::AutocastOp::scaled_dot_product_attention,
+                                           q, k, v))
+      return scaled_dot_product_attention((*c)[0], (*c)[1], (*c)[2], attn_mask, dropout_p,
+                                          is_causal, scale);
+  ops::AttentionExtras ex{attn_mask, dropout_p, {}};
+  // Reserved only for well-formed operands: a malformed call throws in the forward below.
+  if (dropout_p > 0 && dropout_p < 1 && q.defined() && k.defined() && q.dim() == 4 && k.dim() == 4)
+    ex.rng = default_generator(q.device())
+                 .reserve(ops::attention_dropout_counters(q.sizes()[0], q.sizes()[1],
+                                                          q.sizes()[2], k.sizes()[2]));
+  ops::AttentionForward f = ops::scaled_dot_product_attention_forward(q, k, v, ex, is_causal, scale);
+  // A floating mask is an input so that one requiring grad reaches the VJP (which refuses it).
+  const Tensor float_mask =
+      attn_mask.defined() && is_floating(attn_mask.dtype()) ? attn_mask : Tensor();
+  return record("scaled_dot_product_attention", f.out, {q, k, v, float_mask},
+                [q = save(q), k = save(k), v = save(v), mask = save(attn_mask), lse = f.lse,
+                 dropout_p, rng = ex.rng, is_causal,
+                 scale](const Tensor& g, const Tensor& out) -> TensorList {
+                  if (autograd::needs_input_grad(3))
+                    throw NotImplementedError(
+                        "[scaled_dot_product_attention] the gradient of a floating attn_mask "
+                        "is not implemented; pass a mask that does not require grad "
+                        "(attn_mask.detach())");
+                  const Tensor& qv = q;
+                  const Tensor& kv = k;
+                  const Tensor& vv = v;
+                  const ops::AttentionExtras bex{mask, dropout_p, rng};
+                  ops::AttentionBackward b = ops::scaled_dot_product_attention_backward(
+                      g, qv, kv, vv, out.detach(), lse, bex, is_causal, scale);
+                  return {no_double_backward(kBackward, b.dq, {g, qv, kv, vv}),
+                          no_double_backward(kBackward, b.dk, {g, qv, kv, vv}),
+                          no_double_backward(kBackward, b.dv, {g, qv, kv}), Tensor()};
                 });
 }
 

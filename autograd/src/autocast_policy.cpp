@@ -34,6 +34,9 @@ constexpr PolicyRow kPolicyTable[] = {
     // The norm in f32 (the row applies to weight and bias only: x + delta promotes), and y
     // written in the low dtype when the sum is f32 (ember/functions.h): its consumers are GEMMs.
     {residual_layer_norm, "residual_layer_norm", fp32},
+    // As layer_norm (PyTorch lists group_norm as f32; rms_norm takes layer_norm's row here).
+    {group_norm, "group_norm", fp32},
+    {rms_norm, "rms_norm", fp32},
     {sum, "sum", fp32},
     {mean, "mean", fp32},
     {exp, "exp", fp32},

@@ -36,7 +36,7 @@ enum class CastPolicy : uint8_t {
 // One row per op the policy names; the enumerator is the op's index in the table.
 enum class AutocastOp : uint8_t {
   matmul, linear, conv2d, scaled_dot_product_attention, linear_cross_entropy,
-  softmax, log_softmax, cross_entropy, layer_norm, residual_layer_norm, sum, mean, exp, log, norm,
+  softmax, log_softmax, cross_entropy, layer_norm, residual_layer_norm, group_norm, rms_norm, sum, mean, exp, log, norm,
   add, sub, mul, div, pow, maximum, minimum, where,
   count_
 };

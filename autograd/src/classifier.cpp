@@ -29,7 +29,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
     if (auto c = autograd::autocast_inputs(autograd::AutocastOp::linear_cross_entropy, x, weight))
       return linear_cross_entropy((*c)[0], (*c)[1], target, options);
   const ops::LinearCrossEntropyParams p{options.ignore_index, options.num_classes,
-                                        to_ops(options.reduction)};
+                                        to_ops(options.reduction, "linear_cross_entropy")};
   // The same condition under which record() keeps a node: otherwise dlogits would be made
   // and dropped at once.
   const bool keep = GradMode::is_enabled() && ((x.defined() && x.requires_grad()) ||

@@ -24,9 +24,9 @@ Tensor as_weight(const Tensor& mask, const Tensor& g) { return ops::to(mask, g.d
 }  // namespace
 
 namespace autograd {
-Tensor fused_backward(ops::BinaryOp op, const Tensor& grad, const Tensor& saved) {
+Tensor fused_backward(ops::BinaryOp op, const Tensor& grad, const Tensor& saved, ops::UnaryParams params) {
   const char* name = ops::op_name(op);
-  return record(name, ops::binary(op, grad, saved), {grad, saved},
+  return record(name, ops::binary(op, grad, saved, params), {grad, saved},
                 [name](const Tensor&) -> TensorList {
                   throw NotImplementedError(str("[", name, "] double backward is not implemented"));
                 });
@@ -174,6 +174,58 @@ Tensor silu(const Tensor& x) {
   return record("silu", ops::unary(UnaryOp::silu, x), {x}, [x = save(x)](const Tensor& g) -> TensorList {
     return {fused_backward(BinaryOp::silu_backward, g, x)};
   });
+}
+Tensor sin(const Tensor& x) {
+  return record("sin", ops::unary(UnaryOp::sin, x), {x},
+                [x = save(x)](const Tensor& g) -> TensorList { return {mul(g, cos(x))}; });
+}
+Tensor cos(const Tensor& x) {
+  return record("cos", ops::unary(UnaryOp::cos, x), {x},
+                [x = save(x)](const Tensor& g) -> TensorList { return {neg(mul(g, sin(x)))}; });
+}
+Tensor square(const Tensor& x) {
+  return record("square", ops::unary(UnaryOp::square, x), {x},
+                [x = save(x)](const Tensor& g) -> TensorList { return {mul(g, mul(x, scalar_like(2, x)))}; });
+}
+// Piecewise constant: zero gradient almost everywhere (PyTorch's choice at the jumps too).
+#define EMBER_ROUNDING(name)                                                       \
+  Tensor name(const Tensor& x) {                                                   \
+    return record(#name, ops::unary(UnaryOp::name, x), {x},                        \
+                  [](const Tensor& g) -> TensorList { return {zeros_like_(g)}; }); \
+  }
+EMBER_ROUNDING(floor)
+EMBER_ROUNDING(ceil)
+EMBER_ROUNDING(trunc)
+#undef EMBER_ROUNDING
+Tensor round(const Tensor& x, int64_t decimals) {
+  return record("round", ops::unary(UnaryOp::round, x, {double(decimals), 0}), {x},
+                [](const Tensor& g) -> TensorList { return {zeros_like_(g)}; });
+}
+
+// Activations with parameters: the forward's UnaryParams go to the fused backward as they are.
+// Their VJPs read x (not y): leaky_relu with a negative slope, softplus and the hard ones are
+// not invertible from y alone at every point.
+static Tensor activation(const char* name, UnaryOp op, BinaryOp bwd, const Tensor& x, ops::UnaryParams p = {}) {
+  return record(name, ops::unary(op, x, p), {x}, [x = save(x), bwd, p](const Tensor& g) -> TensorList {
+    return {fused_backward(bwd, g, x, p)};
+  });
+}
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  return activation("leaky_relu", UnaryOp::leaky_relu, BinaryOp::leaky_relu_backward, x, {negative_slope, 0});
+}
+Tensor elu(const Tensor& x, double alpha) {
+  return activation("elu", UnaryOp::elu, BinaryOp::elu_backward, x, {alpha, 0});
+}
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  EMBER_CHECK(beta != 0, ValueError, "[softplus] beta must be nonzero");
+  return activation("softplus", UnaryOp::softplus, BinaryOp::softplus_backward, x, {beta, threshold});
+}
+Tensor mish(const Tensor& x) { return activation("mish", UnaryOp::mish, BinaryOp::mish_backward, x); }
+Tensor hardswish(const Tensor& x) {
+  return activation("hardswish", UnaryOp::hardswish, BinaryOp::hardswish_backward, x);
+}
+Tensor hardsigmoid(const Tensor& x) {
+  return activation("hardsigmoid", UnaryOp::hardsigmoid, BinaryOp::hardsigmoid_backward, x);
 }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {

@@ -20,11 +20,13 @@ inline Tensor no_double_backward(const char* name, const Tensor& grad,
   });
 }
 
-inline ops::LossReduction to_ops(Reduction r) {
+inline ops::LossReduction to_ops(Reduction r, const char* op) {
   switch (r) {
     case Reduction::none: return ops::LossReduction::none;
     case Reduction::sum: return ops::LossReduction::sum;
     case Reduction::mean: return ops::LossReduction::mean;
+    case Reduction::batchmean:
+      throw ValueError(str("[", op, "] reduction batchmean is only accepted by kl_div"));
   }
   return ops::LossReduction::mean;
 }

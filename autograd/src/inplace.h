@@ -46,6 +46,6 @@ Tensor& apply_inplace(const char* op, Tensor& self, bool other_requires_grad, Ou
 
 // The gradient op of a fused kernel (relu_backward, ...): computes it with one kernel and,
 // if double backward reaches it, says so instead of returning a wrong answer.
-Tensor fused_backward(ops::BinaryOp op, const Tensor& grad, const Tensor& saved);
+Tensor fused_backward(ops::BinaryOp op, const Tensor& grad, const Tensor& saved, ops::UnaryParams params = {});
 
 }  // namespace ember::autograd

@@ -15,6 +15,7 @@
 #include "autocast_policy.h"
 #include "fused_util.h"
 #include "inplace.h"
+#include "loss.h"
 
 namespace ember {
 
@@ -100,8 +101,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   if (autocast::any_enabled()) [[unlikely]]
     if (auto c = autograd::autocast_inputs(autograd::AutocastOp::cross_entropy, logits))
       return cross_entropy((*c)[0], target, options);
+  // Class weights, probability targets and [N, C, d...]: autograd/src/loss.cpp.
+  if (options.weight.defined() || (target.defined() && target.is_floating_point()) || (logits.defined() && logits.dim() > 2))
+    return autograd::cross_entropy_general(logits, target, options);
   const ops::CrossEntropyParams p{options.ignore_index, options.label_smoothing,
-                                  to_ops(options.reduction)};
+                                  to_ops(options.reduction, "cross_entropy")};
   ops::CrossEntropyForward f = ops::cross_entropy_forward(logits, target, p);
   return record("cross_entropy", f.loss, {logits},
                 [x = save(logits), t = save(target), m = f.row_max, ls = f.log_sum,

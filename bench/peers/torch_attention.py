@@ -6,7 +6,9 @@
         --shapes 32x4x64x32c,8x12x256x64c --steps 20 --warmup 3 --threads 2
 
 A shape is BxHxTxD, with a trailing "c" for causal attention (PyTorch's is_causal: query i sees
-keys j <= i). The attention is:
+keys j <= i), "p" for a bool key padding mask [B, 1, 1, T] (batch b keeps its first
+T - (b % 4) * T // 8 keys) or "m" for a bool [T, T] lower-triangular attn_mask (bench_attention's
+masked cases; SDPA's attn_mask on CUDA, masked_fill in the composite). The attention is:
 - on CUDA, F.scaled_dot_product_attention with the FlashAttention backend forced
   (torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION) on torch >= 2.3,
   torch.backends.cuda.sdp_kernel(enable_flash=True, others off) on 2.0-2.2); where flash cannot
@@ -37,9 +39,20 @@ DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 
 def parse_shape(s):
-    causal = s.endswith("c")
-    b, h, t, d = (int(x) for x in (s[:-1] if causal else s).split("x"))
-    return b, h, t, d, causal
+    kind = s[-1] if s[-1] in "cpm" else ""
+    b, h, t, d = (int(x) for x in (s[:-1] if kind else s).split("x"))
+    return b, h, t, d, kind
+
+
+def keep_mask(kind, b, t, dev):
+    """bench_attention's keep-mask (True = take part) of a masked case, else None."""
+    if kind == "p":
+        j = torch.arange(t, device=dev)
+        lengths = torch.tensor([t - (i % 4) * t // 8 for i in range(b)], device=dev)
+        return (j[None, :] < lengths[:, None]).view(b, 1, 1, t)
+    if kind == "m":
+        return torch.ones(t, t, dtype=torch.bool, device=dev).tril()
+    return None
 
 
 def flash_context():
@@ -55,10 +68,12 @@ def flash_context():
     return None, None
 
 
-def composite(q, k, v, causal, mask):
+def composite(q, k, v, causal, mask, keep=None):
     att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
     if causal:
         att = att.masked_fill(mask, float("-inf"))
+    if keep is not None:
+        att = att.masked_fill(~keep, float("-inf"))
     return torch.softmax(att, dim=-1) @ v
 
 
@@ -109,7 +124,9 @@ def main():
     force_flash, flash_name = flash_context() if dev.type == "cuda" and has_sdpa else (None, None)
     torch.manual_seed(0)
     for spec in args.shapes.split(","):
-        B, H, T, D, causal = parse_shape(spec)
+        B, H, T, D, kind = parse_shape(spec)
+        causal = kind == "c"
+        keep = keep_mask(kind, B, T, dev)
         q, k, v = (torch.randn(B, H, T, D, device=dev, dtype=dtype) for _ in range(3))
         dy = torch.randn(B, H, T, D, device=dev, dtype=dtype)
         mask = torch.ones(T, T, dtype=torch.bool, device=dev).triu(1)
@@ -119,7 +136,7 @@ def main():
             if force_flash is not None:
                 try:  # does flash take this shape and dtype?
                     with force_flash():
-                        F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                        F.scaled_dot_product_attention(q, k, v, attn_mask=keep, is_causal=causal)
                     impl, ctx = flash_name, force_flash
                 except RuntimeError as e:
                     print("warning: flash attention unavailable for %s (%s); default SDPA" % (spec, e),
@@ -127,8 +144,8 @@ def main():
 
         def attn(q, k, v):
             if impl == "composite":
-                return composite(q, k, v, causal, mask)
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                return composite(q, k, v, causal, mask, keep)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, is_causal=causal)
 
         def forward():
             with torch.no_grad(), ctx():

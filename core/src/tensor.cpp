@@ -78,10 +78,17 @@ void for_each_offset(const Tensor& t, F&& f) {
 }
 }  // namespace
 
-int64_t Tensor::size(int64_t d) const { return impl_->sizes[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(), "stride")]; }
+int64_t Tensor::size(int64_t d) const {
+  const TensorImpl& impl = checked_impl("size");
+  return impl.sizes[wrap_dim(d, int64_t(impl.sizes.size()), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  const TensorImpl& impl = checked_impl("stride");
+  return impl.strides[wrap_dim(d, int64_t(impl.strides.size()), "stride")];
+}
 
 bool Tensor::is_contiguous() const {
+  checked_impl("is_contiguous");
   int64_t expected = 1;
   for (int64_t d = dim() - 1; d >= 0; --d) {
     int64_t s = impl_->sizes[d];
@@ -147,16 +154,21 @@ Tensor& Tensor::requires_grad_(bool requires_grad) {
   return *this;
 }
 
-bool Tensor::is_leaf() const { return !impl_->autograd || !impl_->autograd->grad_fn; }
+bool Tensor::is_leaf() const {
+  const TensorImpl& impl = checked_impl("is_leaf");
+  return !impl.autograd || !impl.autograd->grad_fn;
+}
 
 const Tensor& Tensor::grad() const {
   static const Tensor undefined;
-  return impl_->autograd ? impl_->autograd->grad : undefined;
+  const TensorImpl& impl = checked_impl("grad");
+  return impl.autograd ? impl.autograd->grad : undefined;
 }
 
-Tensor& Tensor::mutable_grad() { return impl_->autograd_meta().grad; }
+Tensor& Tensor::mutable_grad() { return checked_impl("mutable_grad").autograd_meta().grad; }
 
 void Tensor::set_grad(const Tensor& g) {
+  checked_impl("set_grad");
   if (g.defined()) {
     EMBER_CHECK(g.sizes() == sizes(), ShapeError, "[set_grad] gradient shape ", g.sizes(),
                 " does not match tensor shape ", sizes());
@@ -168,7 +180,8 @@ void Tensor::set_grad(const Tensor& g) {
 
 const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
   static const std::shared_ptr<autograd::Node> none;
-  return impl_->autograd ? impl_->autograd->grad_fn : none;
+  const TensorImpl& impl = checked_impl("grad_fn");
+  return impl.autograd ? impl.autograd->grad_fn : none;
 }
 
 Tensor Tensor::detach() const {
@@ -179,7 +192,7 @@ Tensor Tensor::detach() const {
 }
 
 Tensor& Tensor::detach_() {
-  if (impl_->autograd) {
+  if (checked_impl("detach_").autograd) {
     impl_->autograd->grad_fn.reset();
     impl_->autograd->requires_grad = false;
   }
@@ -318,6 +331,12 @@ Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, i
   impl->dtype = base.dtype();
   impl->is_view = true;
   return Tensor(std::move(impl));
+}
+
+void throw_undefined_tensor(const char* method) {
+  throw ValueError(str("[", method, "] called on an undefined tensor (a default-constructed Tensor, "
+                       "or the grad() of a tensor that has none: before backward() or after "
+                       "zero_grad())"));
 }
 
 void check_defined(const char* op, const Tensor& t, const char* what) {

@@ -235,6 +235,13 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
   }
 }
 
+Tensor Module::forward(const Tensor& x) { return static_cast<const Module&>(*this).forward(x); }
+
+Tensor Module::forward(const Tensor&) const {
+  throw NotImplementedError(str("[", type_name(), "] has no forward(const Tensor&): define Tensor forward(const Tensor& x) "
+                                "(const or not) in ", type_name(), ", or call its own forward with its arguments"));
+}
+
 std::string Module::type_name() const {
   const char* mangled = typeid(*this).name();
   int status = 0;

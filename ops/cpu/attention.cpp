@@ -17,6 +17,14 @@
 // - Backward recomputes P = exp(scale * q k^T - lse) block by block from the saved lse, with
 //   Delta_i = sum_d dO_id O_id: dV += P^T dO, dS = P * (dO V^T - Delta), dQ += scale dS K,
 //   dK += scale dS^T Q.
+// - Mask and dropout (Note [attention masks and dropout]): the mask is applied to each score
+//   block after scaling (a bool false -> -inf, a float added), read element by element
+//   through its broadcast strides. A row whose running max is still -inf shifts by 0 instead
+//   (exp(-inf - -inf) would be NaN); a row that saw no key at all ends with l = 0 and is
+//   written as out = 0, lse = +inf. Dropout multiplies the block's probabilities by the
+//   regenerated keep / (1 - p) after the row sums took them (lse stays undropped); the
+//   backward regenerates the same block: dV += (P Z)^T dO, dS = P (Z dO V^T - Delta). Blocks
+//   a bool mask hides entirely (key padding) are skipped in both directions.
 // - Parallelism: the forward runs one task per (batch*head, query block), the backward one
 //   per batch*head (each owns its dQ, dK, dV rows, so no reduction across threads). Every
 //   task computes the same way whatever the thread count, so results are reproducible.
@@ -99,6 +107,88 @@ void mask_block(MapM<C>& s, int64_t i0, int64_t j0, int64_t nq, int64_t nk, int6
   }
 }
 
+// The mask and dropout of the kernel call, as seen from one score block.
+template <class C>
+struct BlockExtras {
+  const bool* bmask = nullptr;  // keep where true
+  const C* fmask = nullptr;     // added to the scores
+  int64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, H = 1;
+  double p = 0;
+  C keep = 1;
+  Generator::State rng{};
+  int64_t Tq = 0, Tk = 0;
+
+  BlockExtras(const AttentionKernelExtras& ex, int64_t Tq_, int64_t Tk_) : Tq(Tq_), Tk(Tk_) {
+    if (ex.mask.defined()) {
+      const Shape& st = ex.mask.strides();
+      s0 = st[0]; s1 = st[1]; s2 = st[2]; s3 = st[3];
+      H = ex.mask.sizes()[1];
+      if (ex.mask.dtype() == DType::b8) bmask = static_cast<const bool*>(ex.mask.data_ptr());
+      else fmask = static_cast<const C*>(ex.mask.data_ptr());
+    }
+    p = ex.dropout_p;
+    keep = p > 0 ? C(1.0 / (1.0 - p)) : C(1);
+    rng = ex.rng;
+  }
+  bool has_mask() const { return bmask || fmask; }
+  bool has_dropout() const { return p > 0; }
+
+  void apply_mask(MapM<C>& s, int64_t bh, int64_t i0, int64_t j0, int64_t nq, int64_t nk) const {
+    const int64_t head = (bh / H) * s0 + (bh % H) * s1;
+    const C ninf = -std::numeric_limits<C>::infinity();
+    for (int64_t r = 0; r < nq; ++r) {
+      const int64_t row = head + (i0 + r) * s2 + j0 * s3;
+      C* sr = &s(r, 0);
+      // Unit-stride rows (key padding, [Tq, Tk] masks) as branch-free loops the compiler
+      // vectorizes; a random bool mask would mispredict a branch about every other element.
+      if (bmask && s3 == 1) {
+        const bool* mr = bmask + row;
+        for (int64_t c = 0; c < nk; ++c) sr[c] = mr[c] ? sr[c] : ninf;
+      } else if (bmask) {
+        for (int64_t c = 0; c < nk; ++c) sr[c] = bmask[row + c * s3] ? sr[c] : ninf;
+      } else if (s3 == 1) {
+        const C* mr = fmask + row;
+        for (int64_t c = 0; c < nk; ++c) sr[c] += mr[c];
+      } else {
+        for (int64_t c = 0; c < nk; ++c) sr[c] += fmask[row + c * s3];
+      }
+    }
+  }
+
+  // Whether a bool mask hides the whole block (key padding past a sequence's end): its scores
+  // would all be -inf, so it contributes nothing and is skipped. Stops at the first visible
+  // element; a mask broadcast over queries (stride 0) is read for one row only.
+  bool hides_block(int64_t bh, int64_t i0, int64_t j0, int64_t nq, int64_t nk) const {
+    if (!bmask) return false;
+    const int64_t head = (bh / H) * s0 + (bh % H) * s1;
+    const int64_t rows = s2 == 0 ? 1 : nq;
+    for (int64_t r = 0; r < rows; ++r) {
+      const bool* mr = bmask + head + (i0 + r) * s2 + j0 * s3;
+      for (int64_t c = 0; c < nk; ++c)
+        if (mr[c * s3]) return false;
+    }
+    return true;
+  }
+
+  // z[r, c] = keep / (1 - p) or 0 for element (bh, i0 + r, j0 + c): Note [dropout Philox
+  // layout] over the [B, H, Tq, Tk] probabilities.
+  void dropout_block(MapM<C>& z, int64_t bh, int64_t i0, int64_t j0, int64_t nq, int64_t nk) const {
+    uint32_t w[4];
+    for (int64_t r = 0; r < nq; ++r) {
+      const uint64_t e0 = (uint64_t(bh) * uint64_t(Tq) + uint64_t(i0 + r)) * uint64_t(Tk) + uint64_t(j0);
+      uint64_t drawn = ~uint64_t(0);
+      for (int64_t c = 0; c < nk; ++c) {
+        const uint64_t e = e0 + uint64_t(c), counter = e / 4;
+        if (counter != drawn) {
+          Philox::draw(rng.seed, rng.offset + counter, w);
+          drawn = counter;
+        }
+        z(r, c) = double(Philox::uniform(w[e % 4])) >= p ? keep : C(0);
+      }
+    }
+  }
+};
+
 // Rounds rows [t0, t0 + n) of the contiguous [n, D] `src` into those rows of `dst`.
 template <class S, class C>
 void store_rows(const Rows<S>& dst, int64_t bh, int64_t t0, int64_t n, int64_t D, const C* src) {
@@ -109,7 +199,8 @@ void store_rows(const Rows<S>& dst, int64_t bh, int64_t t0, int64_t n, int64_t D
 
 template <class S>
 void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                   const Tensor& lse, bool causal, double scale_d) {
+                   const Tensor& lse, const AttentionKernelExtras& extras, bool causal,
+                   double scale_d) {
   using C = std::conditional_t<std::is_same_v<S, double>, double, float>;
   const int64_t BH = q.sizes()[0] * q.sizes()[1], Tq = q.sizes()[2], Tk = k.sizes()[2],
                 D = q.sizes()[3];
@@ -121,6 +212,7 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   const Rows<const C> vr = as_compute<C, S>(v, vbuf);
   const Rows<S> orow = rows_of<S>(out);
   C* lp = lse.data_ptr<C>();
+  const BlockExtras<C> ex(extras, Tq, Tk);
   const int64_t qblocks = (Tq + kBq - 1) / kBq;
   const int64_t tasks = BH * qblocks;
   const double macs = double(BH) * double(Tq) * double(Tk) * double(D) * 2;
@@ -128,7 +220,8 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 #pragma omp parallel if (macs > kParallelMinMacs && tasks > 1)
   {
     Buffer<C> sbuf(static_cast<size_t>(kBq * kBk)), accbuf(static_cast<size_t>(kBq * D)),
-        m(static_cast<size_t>(kBq)), l(static_cast<size_t>(kBq));
+        m(static_cast<size_t>(kBq)), l(static_cast<size_t>(kBq)),
+        zbuf(ex.has_dropout() ? static_cast<size_t>(kBq * kBk) : 0);
 #pragma omp for schedule(dynamic)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t bh = t / qblocks, i0 = (t % qblocks) * kBq;
@@ -142,29 +235,41 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
       const int64_t kend = causal ? std::min(Tk, i0 + nq + off) : Tk;
       for (int64_t j0 = 0; j0 < kend; j0 += kBk) {
         const int64_t nk = std::min(kBk, kend - j0);
+        if (ex.hides_block(bh, i0, j0, nq, nk)) continue;
         const CMapM<C> kb = kr.template block<C>(bh, j0, nk, D);
         const CMapM<C> vb = vr.template block<C>(bh, j0, nk, D);
         MapM<C> s(sbuf.data(), nq, nk);
         s.noalias() = qb * kb.transpose();
         s *= scale;
         if (causal && j0 + nk - 1 > i0 + off) mask_block(s, i0, j0, nq, nk, off);
+        if (ex.has_mask()) ex.apply_mask(s, bh, i0, j0, nq, nk);
         for (int64_t r = 0; r < nq; ++r) {
           auto row = s.row(r).array();
           const C mnew = std::max(m[size_t(r)], row.maxCoeff());
-          // Every row sees key 0 in the first block (off >= 0), so mnew is finite from then on.
-          const C alpha = std::exp(m[size_t(r)] - mnew);
-          row = (row - mnew).exp();
+          // Causal rows see key 0 in the first block, so mnew is finite from then on; a masked
+          // row may see nothing yet: shifting by 0 keeps exp(-inf - shift) = 0, not NaN.
+          const C shift = mnew == -std::numeric_limits<C>::infinity() ? C(0) : mnew;
+          const C alpha = std::exp(m[size_t(r)] - shift);
+          row = (row - shift).exp();
           l[size_t(r)] = l[size_t(r)] * alpha + row.sum();
           acc.row(r) *= alpha;
           m[size_t(r)] = mnew;
         }
+        if (ex.has_dropout()) {
+          MapM<C> z(zbuf.data(), nq, nk);
+          ex.dropout_block(z, bh, i0, j0, nq, nk);
+          s.array() *= z.array();
+        }
         acc.noalias() += s * vb;
       }
       for (int64_t r = 0; r < nq; ++r) {
-        const C inv = C(1) / l[size_t(r)];
+        const C lr = l[size_t(r)];
+        // A fully masked row: out = 0 and lse = +inf (its backward then sees P = 0).
+        const C inv = lr > 0 ? C(1) / lr : C(0);
         S* o = orow.head(bh) + (i0 + r) * orow.st;
         for (int64_t d = 0; d < D; ++d) o[d] = S(acc(r, d) * inv);
-        lp[bh * Tq + i0 + r] = m[size_t(r)] + std::log(l[size_t(r)]);
+        lp[bh * Tq + i0 + r] =
+            lr > 0 ? m[size_t(r)] + std::log(lr) : std::numeric_limits<C>::infinity();
       }
     }
   }
@@ -173,7 +278,8 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 template <class S>
 void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v,
                    const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
-                   const Tensor& dv, bool causal, double scale_d) {
+                   const Tensor& dv, const AttentionKernelExtras& extras, bool causal,
+                   double scale_d) {
   using C = std::conditional_t<std::is_same_v<S, double>, double, float>;
   const int64_t BH = q.sizes()[0] * q.sizes()[1], Tq = q.sizes()[2], Tk = k.sizes()[2],
                 D = q.sizes()[3];
@@ -188,12 +294,14 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
   const C* lp = lse.data_ptr<C>();
   const Rows<S> dqr = rows_of<S>(dq), dkr = rows_of<S>(dk), dvr = rows_of<S>(dv);
   const double macs = double(BH) * double(Tq) * double(Tk) * double(D) * 5;
+  const BlockExtras<C> ex(extras, Tq, Tk);
 
 #pragma omp parallel if (macs > kParallelMinMacs && BH > 1)
   {
     Buffer<C> sbuf(static_cast<size_t>(kBq * kBk)), dpbuf(static_cast<size_t>(kBq * kBk)),
         dkbuf(static_cast<size_t>(kBk * D)), dvbuf(static_cast<size_t>(kBk * D)),
-        dqbuf(static_cast<size_t>(Tq * D)), delta(static_cast<size_t>(Tq));
+        dqbuf(static_cast<size_t>(Tq * D)), delta(static_cast<size_t>(Tq)),
+        zbuf(ex.has_dropout() ? static_cast<size_t>(kBq * kBk) : 0);
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < BH; ++bh) {
       const C* gh = gr.head(bh);
@@ -217,15 +325,26 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
         const int64_t qstart = causal ? std::max<int64_t>(0, j0 - off) / kBq * kBq : 0;
         for (int64_t i0 = qstart; i0 < Tq; i0 += kBq) {
           const int64_t nq = std::min(kBq, Tq - i0);
+          if (ex.hides_block(bh, i0, j0, nq, nk)) continue;  // P = 0 there
           const CMapM<C> qb = qr.template block<C>(bh, i0, nq, D);
           const CMapM<C> gb = gr.template block<C>(bh, i0, nq, D);
           MapM<C> p(sbuf.data(), nq, nk), dp(dpbuf.data(), nq, nk);
           p.noalias() = qb * kb.transpose();
           p *= scale;
           if (causal && j0 + nk - 1 > i0 + off) mask_block(p, i0, j0, nq, nk, off);
+          if (ex.has_mask()) ex.apply_mask(p, bh, i0, j0, nq, nk);
+          // lse = +inf (a fully masked row) gives P = 0 for the whole row.
           for (int64_t r = 0; r < nq; ++r) p.row(r).array() = (p.row(r).array() - lh[i0 + r]).exp();
-          dva.noalias() += p.transpose() * gb;
           dp.noalias() = gb * vb.transpose();
+          if (ex.has_dropout()) {
+            MapM<C> z(zbuf.data(), nq, nk);
+            ex.dropout_block(z, bh, i0, j0, nq, nk);
+            dp.array() *= z.array();
+            z.array() *= p.array();  // the dropped probabilities, what the forward multiplied V by
+            dva.noalias() += z.transpose() * gb;
+          } else {
+            dva.noalias() += p.transpose() * gb;
+          }
           for (int64_t r = 0; r < nq; ++r)
             dp.row(r).array() = p.row(r).array() * (dp.row(r).array() - delta[size_t(i0 + r)]);
           dqa.middleRows(i0, nq).noalias() += scale * (dp * kb);
@@ -242,17 +361,19 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
 }  // namespace
 
 void attention_fwd_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                          const Tensor& lse, bool causal, double scale) {
+                          const Tensor& lse, const AttentionKernelExtras& extras, bool causal,
+                          double scale) {
   visit_floating(q.dtype(), [&](auto tag) {
-    attention_fwd<decltype(tag)>(q, k, v, out, lse, causal, scale);
+    attention_fwd<decltype(tag)>(q, k, v, out, lse, extras, causal, scale);
   });
 }
 
 void attention_bwd_kernel(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& out, const Tensor& lse, const Tensor& dq,
-                          const Tensor& dk, const Tensor& dv, bool causal, double scale) {
+                          const Tensor& dk, const Tensor& dv, const AttentionKernelExtras& extras,
+                          bool causal, double scale) {
   visit_floating(q.dtype(), [&](auto tag) {
-    attention_bwd<decltype(tag)>(grad, q, k, v, out, lse, dq, dk, dv, causal, scale);
+    attention_bwd<decltype(tag)>(grad, q, k, v, out, lse, dq, dk, dv, extras, causal, scale);
   });
 }
 

@@ -127,11 +127,12 @@ void unary_kernel(UnaryOp op, const Tensor& x, const Tensor& out, const UnaryPar
   }
 }
 
-void binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+void binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out,
+                   const UnaryParams& params) {
   switch (op) {
 #define EMBER_BINARY_CASE(name, Functor, kind)                            \
   case BinaryOp::name:                                                    \
-    binary_dispatch<std::string_view(#kind) == "floating">(a, b, out, fn::Functor{}); \
+    binary_dispatch<std::string_view(#kind) == "floating">(a, b, out, fn::Functor{params}); \
     return;
     EMBER_BINARY_OPS(EMBER_BINARY_CASE)
 #undef EMBER_BINARY_CASE

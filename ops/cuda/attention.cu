@@ -28,6 +28,13 @@
 // - Backward without atomics (deterministic, Note [deterministic CUDA reductions]): Delta =
 //   rowsum(dO * O) first, then one kernel owns dK and dV rows (loops over query tiles) and one
 //   owns dQ rows (loops over key tiles), each summing in a fixed order.
+// - Mask and dropout (Note [attention masks and dropout]) run only in the generic kernels: a
+//   call with either never tries path 1 (it knows neither; it must not run and ignore them).
+//   Each score the generic kernels form passes through Extras: the mask element read through
+//   its broadcast strides (bool false -> -inf, float added), then, for the probabilities, the
+//   dropout keep / (1 - p) regenerated from Philox per element (the CPU's layout, so both
+//   devices drop the same elements). A row that saw no key ends with l = 0: out = 0 and
+//   lse = +inf, so the backward's exp(s - lse) is 0 across it.
 // - Every launch is followed by EMBER_CUDA_CHECK_LAUNCH; shared memory above 48 KiB is opted
 //   into per launch with cudaFuncSetAttribute.
 #include <cuda_bf16.h>
@@ -75,6 +82,52 @@ RowStrides row_strides(const Tensor& x) {
   return {x.strides()[0], x.strides()[1], x.strides()[2], x.sizes()[1]};
 }
 
+// The mask and dropout of one call, by value in each kernel's parameters.
+template <class C>
+struct Extras {
+  const bool* bmask;  // keep where true (or null)
+  const C* fmask;     // added to the scaled scores (or null)
+  int64_t s0, s1, s2, s3, H;
+  double p;  // dropout probability; 0 = none
+  C keep;    // 1 / (1 - p)
+  uint64_t seed, offset;
+  int64_t Tq, Tk;
+
+  // Score (bh, i, j) after the mask.
+  __device__ __forceinline__ C mask(int64_t bh, int64_t i, int64_t j, C s) const {
+    if (bmask == nullptr && fmask == nullptr) return s;
+    const int64_t at = (bh / H) * s0 + (bh % H) * s1 + i * s2 + j * s3;
+    if (bmask != nullptr) return bmask[at] ? s : neg_inf<C>();
+    return s + fmask[at];
+  }
+  // The dropout factor of probability (bh, i, j): Note [dropout Philox layout] over
+  // [B, H, Tq, Tk].
+  __device__ __forceinline__ C drop(int64_t bh, int64_t i, int64_t j) const {
+    if (p <= 0) return C(1);
+    const uint64_t e = (uint64_t(bh) * uint64_t(Tq) + uint64_t(i)) * uint64_t(Tk) + uint64_t(j);
+    uint32_t w[4];
+    Philox::draw(seed, offset + e / 4, w);
+    return double(Philox::uniform(w[e % 4])) >= p ? keep : C(0);
+  }
+};
+
+template <class C>
+Extras<C> extras_of(const AttentionKernelExtras& ex, int64_t Tq, int64_t Tk) {
+  Extras<C> x{nullptr, nullptr, 0, 0, 0, 0, 1, ex.dropout_p, C(1), ex.rng.seed, ex.rng.offset, Tq, Tk};
+  if (ex.dropout_p > 0) x.keep = C(1.0 / (1.0 - ex.dropout_p));
+  if (ex.mask.defined()) {
+    const Shape& st = ex.mask.strides();
+    x.s0 = st[0];
+    x.s1 = st[1];
+    x.s2 = st[2];
+    x.s3 = st[3];
+    x.H = ex.mask.sizes()[1];
+    if (ex.mask.dtype() == DType::b8) x.bmask = static_cast<const bool*>(ex.mask.data_ptr());
+    else x.fmask = static_cast<const C*>(ex.mask.data_ptr());
+  }
+  return x;
+}
+
 template <class Kernel>
 void allow_smem(Kernel kernel, size_t bytes) {
   if (bytes > kDefaultSmem)
@@ -93,7 +146,8 @@ __global__ void __launch_bounds__(kRows * 32)
                                  const S* __restrict__ v, S* __restrict__ out,
                                  compute_t<S>* __restrict__ lse, RowStrides sq, RowStrides sk,
                                  RowStrides sv, RowStrides so, int64_t Tq, int64_t Tk, int D,
-                                 int64_t qblocks, bool causal, compute_t<S> scale) {
+                                 int64_t qblocks, bool causal, compute_t<S> scale,
+                                 Extras<compute_t<S>> ex) {
   using C = compute_t<S>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   C* qs = reinterpret_cast<C*>(smem_raw);
@@ -127,13 +181,14 @@ __global__ void __launch_bounds__(kRows * 32)
     if (lane < nk && (!causal || j <= i + off)) {
       C dot = 0;
       for (int d = 0; d < D; ++d) dot += qs[warp * D + d] * ks[lane * (D + 1) + d];
-      s = dot * scale;
+      s = ex.mask(bh, i, j, dot * scale);
     }
     const C mnew = fmax(m, warp_max(s));
     if (mnew == neg_inf<C>()) continue;  // nothing visible yet
-    const C p = exp_c(s - mnew);
+    C p = exp_c(s - mnew);
     const C alpha = exp_c(m - mnew);
     l = l * alpha + warp_sum(p);
+    if (lane < nk) p *= ex.drop(bh, i, j);  // after the row sum: lse stays undropped
     m = mnew;
 #pragma unroll
     for (int e = 0; e < NPL; ++e) acc[e] *= alpha;
@@ -147,13 +202,14 @@ __global__ void __launch_bounds__(kRows * 32)
     }
   }
   if (!valid) return;
-  const C inv = C(1) / l;
+  // A row that saw no key (fully masked): out = 0, lse = +inf.
+  const C inv = l > C(0) ? C(1) / l : C(0);
 #pragma unroll
   for (int e = 0; e < NPL; ++e) {
     const int d = lane + 32 * e;
     if (d < D) store_c(out + so.head(bh) + i * so.t + d, acc[e] * inv);
   }
-  if (lane == 0) lse[bh * Tq + i] = m + log_c(l);
+  if (lane == 0) lse[bh * Tq + i] = l > C(0) ? m + log_c(l) : -neg_inf<C>();
 }
 
 // ---------------------------------------------------------------- generic backward
@@ -189,7 +245,7 @@ __global__ void __launch_bounds__(kRows * 32)
                               S* __restrict__ dv, RowStrides sg, RowStrides sq, RowStrides sk,
                               RowStrides sv, RowStrides sdk, RowStrides sdv, int64_t Tq,
                               int64_t Tk, int D, int64_t kblocks, bool causal,
-                              compute_t<S> scale) {
+                              compute_t<S> scale, Extras<compute_t<S>> ex) {
   using C = compute_t<S>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   C* krow = reinterpret_cast<C*>(smem_raw);  // [kRows][D]
@@ -235,8 +291,11 @@ __global__ void __launch_bounds__(kRows * 32)
         sdot += qs[lane * (D + 1) + d] * krow[warp * D + d];
         pdot += gs[lane * (D + 1) + d] * vrow[warp * D + d];
       }
-      p = exp_c(sdot * scale - lt[lane]);
-      ds = p * (pdot - dt[lane]);
+      // lse = +inf (a fully masked row) or a masked score gives p = 0.
+      p = exp_c(ex.mask(bh, i, j, sdot * scale) - lt[lane]);
+      const C z = ex.drop(bh, i, j);
+      ds = p * (pdot * z - dt[lane]);
+      p *= z;  // dV takes the dropped probabilities
     }
     for (int t = 0; t < nq; ++t) {
       const C pt = __shfl_sync(kFullMask, p, t), dst = __shfl_sync(kFullMask, ds, t);
@@ -276,7 +335,7 @@ __global__ void __launch_bounds__(kRows * 32, (NPL >= 8 || std::is_same_v<S, dou
                             const compute_t<S>* __restrict__ delta, S* __restrict__ dq,
                             RowStrides sg, RowStrides sq, RowStrides sk, RowStrides sv,
                             RowStrides sdq, int64_t Tq, int64_t Tk, int D, int64_t qblocks,
-                            bool causal, compute_t<S> scale) {
+                            bool causal, compute_t<S> scale, Extras<compute_t<S>> ex) {
   using C = compute_t<S>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   C* qrow = reinterpret_cast<C*>(smem_raw);  // [kRows][D]
@@ -317,8 +376,8 @@ __global__ void __launch_bounds__(kRows * 32, (NPL >= 8 || std::is_same_v<S, dou
         sdot += qrow[warp * D + d] * ks[lane * (D + 1) + d];
         pdot += grow[warp * D + d] * vs[lane * (D + 1) + d];
       }
-      const C p = exp_c(sdot * scale - li);
-      ds = p * (pdot - di);
+      const C p = exp_c(ex.mask(bh, i, j, sdot * scale) - li);
+      ds = p * (pdot * ex.drop(bh, i, j) - di);
     }
     for (int t = 0; t < nk; ++t) {
       const C dst = __shfl_sync(kFullMask, ds, t);
@@ -356,7 +415,8 @@ void check_launch(int64_t blocks, const char* op) {
 
 template <class S>
 void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                   const Tensor& lse, bool causal, double scale) {
+                   const Tensor& lse, const AttentionKernelExtras& extras, bool causal,
+                   double scale) {
   using C = compute_t<S>;
   const char* op = "scaled_dot_product_attention";
   const int64_t BH = q.sizes()[0] * q.sizes()[1], Tq = q.sizes()[2], Tk = k.sizes()[2];
@@ -379,7 +439,8 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
     auto kernel = attention_fwd_generic_kernel<S, decltype(npl)::value>;
     allow_smem(kernel, bytes);
     kernel<<<unsigned(BH * qblocks), kRows * 32, bytes, stream>>>(
-        qp, kp, vp, op_, lp, sq, sk, sv, so, Tq, Tk, D, qblocks, causal, C(scale));
+        qp, kp, vp, op_, lp, sq, sk, sv, so, Tq, Tk, D, qblocks, causal, C(scale),
+        extras_of<C>(extras, Tq, Tk));
     EMBER_CUDA_CHECK_LAUNCH();
   });
 }
@@ -387,9 +448,11 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 template <class S>
 void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v,
                    const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
-                   const Tensor& dv, bool causal, double scale) {
+                   const Tensor& dv, const AttentionKernelExtras& extras, bool causal,
+                   double scale) {
   using C = compute_t<S>;
   const char* op = "scaled_dot_product_attention_backward";
+  const Extras<C> ex = extras_of<C>(extras, q.sizes()[2], k.sizes()[2]);
   const int64_t BH = q.sizes()[0] * q.sizes()[1], Tq = q.sizes()[2], Tk = k.sizes()[2];
   const int D = int(q.sizes()[3]);
   EMBER_CHECK((!std::is_same_v<S, double> || D <= 128), NotImplementedError, "[", op,
@@ -426,7 +489,7 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
     allow_smem(kv_kernel, kv_bytes);
     kv_kernel<<<unsigned(BH * kblocks), kRows * 32, kv_bytes, stream>>>(
         gp, qp, kp, vp, lp, deltap, dkp, dvp, sg, sq, sk, sv, sdk, sdv, Tq, Tk, D, kblocks, causal,
-        C(scale));
+        C(scale), ex);
     EMBER_CUDA_CHECK_LAUNCH();
 
     const int64_t qblocks = ceil_div(Tq, kRows);
@@ -436,7 +499,7 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
     allow_smem(q_kernel, q_bytes);
     q_kernel<<<unsigned(BH * qblocks), kRows * 32, q_bytes, stream>>>(
         gp, qp, kp, vp, lp, deltap, dqp, sg, sq, sk, sv, sdq, Tq, Tk, D, qblocks, causal,
-        C(scale));
+        C(scale), ex);
     EMBER_CUDA_CHECK_LAUNCH();
   });
 }
@@ -444,19 +507,22 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
 }  // namespace
 
 void attention_fwd_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                          const Tensor& lse, bool causal, double scale) {
-  if (flash_attention_fwd(q, k, v, out, lse, causal, scale)) return;
+                          const Tensor& lse, const AttentionKernelExtras& extras, bool causal,
+                          double scale) {
+  if (!extras.any() && flash_attention_fwd(q, k, v, out, lse, causal, scale)) return;
   visit_floating(q.dtype(), [&](auto tag) {
-    attention_fwd<decltype(tag)>(q, k, v, out, lse, causal, scale);
+    attention_fwd<decltype(tag)>(q, k, v, out, lse, extras, causal, scale);
   });
 }
 
 void attention_bwd_kernel(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& out, const Tensor& lse, const Tensor& dq,
-                          const Tensor& dk, const Tensor& dv, bool causal, double scale) {
-  if (flash_attention_bwd(grad, q, k, v, out, lse, dq, dk, dv, causal, scale)) return;
+                          const Tensor& dk, const Tensor& dv, const AttentionKernelExtras& extras,
+                          bool causal, double scale) {
+  if (!extras.any() && flash_attention_bwd(grad, q, k, v, out, lse, dq, dk, dv, causal, scale))
+    return;
   visit_floating(q.dtype(), [&](auto tag) {
-    attention_bwd<decltype(tag)>(grad, q, k, v, out, lse, dq, dk, dv, causal, scale);
+    attention_bwd<decltype(tag)>(grad, q, k, v, out, lse, dq, dk, dv, extras, causal, scale);
   });
 }
 

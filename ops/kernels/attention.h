@@ -28,12 +28,28 @@
 //   its output views, every one of them, and nothing between their rows.
 // - lse: contiguous [B, H, Tq] in the stats dtype (f64 for f64 inputs, else f32); the forward
 //   writes it, the backward reads it.
+//
+// Mask and dropout (Note [attention masks and dropout] in ember/ops/attention.h) reach the
+// kernels as AttentionKernelExtras: `mask` is undefined or a [B, H, Tq, Tk] view of the
+// user's mask with stride 0 on every broadcast dim (any strides >= 0, last dim included),
+// either bool (keep where true) or additive in the compute dtype (f64 for f64, else f32).
+// A fully masked row gives out = 0 and lse = +inf; the backward relies on exp(s - lse) = 0.
+namespace ember::ops {
+struct AttentionKernelExtras {
+  Tensor mask;
+  double dropout_p = 0.0;
+  Generator::State rng{};
+  bool any() const { return mask.defined() || dropout_p > 0; }
+};
+}  // namespace ember::ops
+
 #define EMBER_ATTENTION_KERNELS                                                               \
   void attention_fwd_kernel(const Tensor& q, const Tensor& k, const Tensor& v,                \
-                            const Tensor& out, const Tensor& lse, bool causal, double scale); \
+                            const Tensor& out, const Tensor& lse,                             \
+                            const AttentionKernelExtras& extras, bool causal, double scale);  \
   void attention_bwd_kernel(const Tensor& grad, const Tensor& q, const Tensor& k,             \
                             const Tensor& v, const Tensor& out, const Tensor& lse,           \
-                            const Tensor& dq, const Tensor& dk, const Tensor& dv, bool causal, \
-                            double scale);
+                            const Tensor& dq, const Tensor& dk, const Tensor& dv,            \
+                            const AttentionKernelExtras& extras, bool causal, double scale);
 
 EMBER_DECLARE_KERNELS(EMBER_ATTENTION_KERNELS)

@@ -14,7 +14,8 @@
 // arange: t contiguous 1-d; element i is ArangeTerms::at(i) converted to t's dtype.
 #define EMBER_ELEMENTWISE_KERNELS                                                         \
   void unary_kernel(UnaryOp op, const Tensor& x, const Tensor& out, const UnaryParams& p); \
-  void binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);    \
+  void binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out,     \
+                     const UnaryParams& p = {});                                           \
   void where_kernel(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out); \
   void copy_kernel(const Tensor& dst, const Tensor& src);                                  \
   void fill_kernel(const Tensor& t, Scalar value);                                         \

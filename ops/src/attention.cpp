@@ -3,6 +3,8 @@
 // [attention strided operands] (ops/kernels/attention.h). Operands are passed as the views
 // they are; only a last dim that is not unit-stride is copied. The packed op makes q, k, v,
 // y and dq, dk, dv strided views of its [B, T, 3C] and [B, T, C] buffers the same way.
+// The mask becomes a [B, H, Tq, Tk] view with stride 0 on its broadcast dims (Note
+// [attention masks and dropout]); only its dtype may be converted, in its own shape.
 #include "ember/ops/attention.h"
 
 #include <cmath>
@@ -75,17 +77,59 @@ Tensor as_operand(const Tensor& t) {
   return restride ? detail::make_view(s, sz, st, s.storage_offset()) : s;
 }
 
+// Validates the mask and dropout of a call and turns them into the kernels' form.
+AttentionKernelExtras prepare_extras(const char* op, const Geometry& g, const Tensor& q,
+                                     const AttentionExtras& ex, bool causal) {
+  EMBER_CHECK(ex.dropout_p >= 0 && ex.dropout_p < 1, ValueError, "[", op,
+              "] dropout_p must be in [0, 1), got ", ex.dropout_p);
+  AttentionKernelExtras k;
+  k.dropout_p = ex.dropout_p;
+  k.rng = ex.rng;
+  if (!ex.attn_mask.defined()) return k;
+  Tensor m = ex.attn_mask;
+  EMBER_CHECK(!causal, ValueError, "[", op,
+              "] attn_mask and is_causal cannot both be set (as in PyTorch: fold the causal "
+              "mask into attn_mask)");
+  detail::check_same_device(op, q, m);
+  const DType cdt = stats_dtype(q.dtype());
+  if (m.dtype() != DType::b8) {
+    EMBER_CHECK(is_floating(m.dtype()) && (m.dtype() == q.dtype() || m.dtype() == DType::f32),
+                DTypeError, "[", op, "] attn_mask must be bool or a floating mask in the query's "
+                "dtype ", q.dtype(), " or f32, got ", m.dtype());
+    if (m.dtype() != cdt) m = to(m, m.device(), cdt);  // its own shape, not the broadcast one
+  }
+  const Shape target{g.B, g.H, g.Tq, g.Tk};
+  EMBER_CHECK(m.dim() <= 4, ShapeError, "[", op, "] attn_mask of shape ", m.sizes(),
+              " does not broadcast to ", target);
+  for (int64_t d = 0; d < m.dim(); ++d)
+    if (m.sizes()[size_t(d)] > 1 && m.strides()[size_t(d)] < 0) {
+      m = contiguous(m);
+      break;
+    }
+  Shape st(4, 0);
+  const size_t lead = 4 - size_t(m.dim());
+  for (size_t d = 0; d < size_t(m.dim()); ++d) {
+    const int64_t n = m.sizes()[d];
+    EMBER_CHECK(n == 1 || n == target[lead + d], ShapeError, "[", op, "] attn_mask of shape ",
+                m.sizes(), " does not broadcast to ", target);
+    st[lead + d] = n == 1 ? 0 : m.strides()[d];
+  }
+  k.mask = detail::make_view(m, target, st, m.storage_offset());
+  return k;
+}
+
 void run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                 const Tensor& lse, bool causal, double scale) {
+                 const Tensor& lse, const AttentionKernelExtras& ex, bool causal, double scale) {
   EMBER_DISPATCH_KERNEL(q.device(), attention_fwd_kernel, as_operand(q), as_operand(k),
-                        as_operand(v), as_operand(out), lse, causal, scale);
+                        as_operand(v), as_operand(out), lse, ex, causal, scale);
 }
 
 // Checks the backward's extra inputs and runs the kernel into dq, dk, dv (allocated by the
 // caller, possibly views of one buffer), zero-filling them when no query sees any key.
 void run_backward(const char* op, const Geometry& g, const Tensor& grad, const Tensor& q,
                   const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                  const Tensor& dq, const Tensor& dk, const Tensor& dv, bool causal) {
+                  const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                  const AttentionKernelExtras& ex, bool causal) {
   detail::check_defined(op, grad, "gradient");
   detail::check_defined(op, out, "output");
   detail::check_defined(op, lse, "logsumexp");
@@ -111,7 +155,7 @@ void run_backward(const char* op, const Geometry& g, const Tensor& grad, const T
   const Tensor gr = to(grad, grad.device(), q.dtype());  // grad itself when it matches
   EMBER_DISPATCH_KERNEL(q.device(), attention_bwd_kernel, as_operand(gr), as_operand(q),
                         as_operand(k), as_operand(v), as_operand(out), contiguous(lse),
-                        as_operand(dq), as_operand(dk), as_operand(dv), causal, g.scale);
+                        as_operand(dq), as_operand(dk), as_operand(dv), ex, causal, g.scale);
 }
 
 // ---- the packed [B, T, 3C] layout
@@ -144,13 +188,20 @@ Tensor unit_last(const Tensor& x) {
 AttentionForward scaled_dot_product_attention_forward(const Tensor& q, const Tensor& k,
                                                       const Tensor& v, bool causal,
                                                       std::optional<double> scale) {
+  return scaled_dot_product_attention_forward(q, k, v, AttentionExtras{}, causal, scale);
+}
+
+AttentionForward scaled_dot_product_attention_forward(const Tensor& q, const Tensor& k,
+                                                      const Tensor& v, const AttentionExtras& extras,
+                                                      bool causal, std::optional<double> scale) {
   const char* op = "scaled_dot_product_attention";
   const Geometry g = check_inputs(op, q, k, v, causal, scale);
+  const AttentionKernelExtras ex = prepare_extras(op, g, q, extras, causal);
   AttentionForward f;
   f.out = detail::make_tensor(q.sizes(), q.dtype(), q.device());
   f.lse = detail::make_tensor({g.B, g.H, g.Tq}, stats_dtype(q.dtype()), q.device());
   if (f.out.numel() == 0) return f;
-  run_forward(q, k, v, f.out, f.lse, causal, g.scale);
+  run_forward(q, k, v, f.out, f.lse, ex, causal, g.scale);
   return f;
 }
 
@@ -158,13 +209,23 @@ AttentionBackward scaled_dot_product_attention_backward(const Tensor& grad, cons
                                                         const Tensor& k, const Tensor& v,
                                                         const Tensor& out, const Tensor& lse,
                                                         bool causal, std::optional<double> scale) {
+  return scaled_dot_product_attention_backward(grad, q, k, v, out, lse, AttentionExtras{}, causal,
+                                               scale);
+}
+
+AttentionBackward scaled_dot_product_attention_backward(const Tensor& grad, const Tensor& q,
+                                                        const Tensor& k, const Tensor& v,
+                                                        const Tensor& out, const Tensor& lse,
+                                                        const AttentionExtras& extras, bool causal,
+                                                        std::optional<double> scale) {
   const char* op = "scaled_dot_product_attention_backward";
   const Geometry g = check_inputs(op, q, k, v, causal, scale);
+  const AttentionKernelExtras ex = prepare_extras(op, g, q, extras, causal);
   AttentionBackward b;
   b.dq = detail::make_tensor(q.sizes(), q.dtype(), q.device());
   b.dk = detail::make_tensor(k.sizes(), k.dtype(), k.device());
   b.dv = detail::make_tensor(v.sizes(), v.dtype(), v.device());
-  run_backward(op, g, grad, q, k, v, out, lse, b.dq, b.dk, b.dv, causal);
+  run_backward(op, g, grad, q, k, v, out, lse, b.dq, b.dk, b.dv, ex, causal);
   return b;
 }
 
@@ -182,7 +243,8 @@ AttentionForward scaled_dot_product_attention_packed_forward(const Tensor& qkv, 
   f.out = detail::make_tensor({g.B, g.Tq, g.H * g.D}, qkv.dtype(), qkv.device());
   f.lse = detail::make_tensor({g.B, g.H, g.Tq}, stats_dtype(qkv.dtype()), qkv.device());
   if (f.out.numel() == 0) return f;
-  run_forward(q, k, v, head_view(f.out, n_head, 1, 0), f.lse, causal, g.scale);
+  run_forward(q, k, v, head_view(f.out, n_head, 1, 0), f.lse, AttentionKernelExtras{}, causal,
+              g.scale);
   return f;
 }
 
@@ -205,7 +267,8 @@ Tensor scaled_dot_product_attention_packed_backward(const Tensor& grad, const Te
   if (dqkv.numel() == 0) return dqkv;
   run_backward(op, g, head_view(unit_last(grad), n_head, 1, 0), q, k, v,
                head_view(unit_last(out), n_head, 1, 0), lse, head_view(dqkv, n_head, 3, 0),
-               head_view(dqkv, n_head, 3, 1), head_view(dqkv, n_head, 3, 2), causal);
+               head_view(dqkv, n_head, 3, 1), head_view(dqkv, n_head, 3, 2),
+               AttentionKernelExtras{}, causal);
   return dqkv;
 }
 

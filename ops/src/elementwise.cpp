@@ -123,7 +123,7 @@ void unary_out(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams param
   EMBER_DISPATCH_KERNEL(x.device(), unary_kernel, op, x, out, params);
 }
 
-Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, UnaryParams params) {
   detail::check_defined(op_name(op), a);
   detail::check_defined(op_name(op), b, "second input");
   // Fast path (the common case): one device, one dtype, no cast needed; no handle copies.
@@ -133,7 +133,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
       Tensor out = detail::make_tensor(
           a.sizes() == b.sizes() ? a.sizes() : broadcast_shapes(a.sizes(), b.sizes(), op_name(op)),
           out_dtype, a.device());
-      EMBER_DISPATCH_KERNEL(a.device(), binary_kernel, op, a, b, out);
+      EMBER_DISPATCH_KERNEL(a.device(), binary_kernel, op, a, b, out, params);
       return out;
     }
   }
@@ -145,7 +145,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   Tensor x = cast(aa, compute), y = cast(bb, compute);
   Shape shape = x.sizes() == y.sizes() ? x.sizes() : broadcast_shapes(x.sizes(), y.sizes(), op_name(op));
   Tensor out = detail::make_tensor(shape, out_dtype, x.device());
-  EMBER_DISPATCH_KERNEL(x.device(), binary_kernel, op, x, y, out);
+  EMBER_DISPATCH_KERNEL(x.device(), binary_kernel, op, x, y, out, params);
   return out;
 }
 
@@ -169,7 +169,7 @@ void binary_out(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out
     return;
   }
   Tensor x = cast(aa, compute), y = cast(bb, compute);
-  EMBER_DISPATCH_KERNEL(out.device(), binary_kernel, op, x, y, out);
+  EMBER_DISPATCH_KERNEL(out.device(), binary_kernel, op, x, y, out, UnaryParams{});
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {

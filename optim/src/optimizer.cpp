@@ -2,6 +2,7 @@
 // (Note [optimizer state dict] in optimizer.h).
 #include "ember/optim/optimizer.h"
 
+#include <algorithm>
 #include <charconv>
 #include <unordered_set>
 
@@ -99,6 +100,18 @@ void Optimizer::set_initial_lr(double lr, size_t group) {
   initial_lr_[group] = lr;
 }
 
+std::optional<double> Optimizer::momentum(size_t group) const {
+  check_group(group, "momentum");
+  return group_momentum(group);
+}
+
+void Optimizer::set_momentum(double momentum, size_t group) {
+  check_group(group, "set_momentum");
+  EMBER_CHECK(group_momentum(group).has_value(), ValueError, "[", name_,
+              ".set_momentum] this optimizer has no momentum");
+  set_group_momentum(group, momentum);
+}
+
 Tensor Optimizer::update_target(size_t param, const Tensor& p, bool enabled) {
   if (!enabled || (p.dtype() != DType::f16 && p.dtype() != DType::bf16)) return p;
   Tensor& master = state_[param].master;
@@ -145,7 +158,8 @@ StateDict Optimizer::state_dict() const {
     if (s.buffers.empty()) continue;
     const std::string prefix = str("state.", i, ".");
     if (counts_steps_) out.set_int(prefix + "step", state_step(i));
-    for (size_t b = 0; b < state_names_.size(); ++b) out.insert(prefix + state_names_[b], s.buffers[b]);
+    for (size_t b = 0; b < state_names_.size(); ++b)
+      if (s.buffers[b].defined()) out.insert(prefix + state_names_[b], s.buffers[b]);
     if (s.master.defined()) out.insert(prefix + "master", s.master);
   }
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -218,6 +232,11 @@ void Optimizer::load_state_dict(const StateDict& in) {
     const DType sdt = ops::optim_state_dtype(p.dtype());
     for (const auto& n : state_names_) {
       const Tensor* t = in.find(prefix + n);
+      if (t == nullptr && std::find(optional_state_names_.begin(), optional_state_names_.end(), n) !=
+                              optional_state_names_.end()) {
+        fresh[i].buffers.emplace_back();
+        continue;
+      }
       EMBER_CHECK(t != nullptr, ValueError, op, "state of parameter ", i, " lacks '", n, "'");
       EMBER_CHECK(t->sizes() == p.sizes(), ValueError, op, "state '", n, "' of parameter ", i,
                   " has shape ", t->sizes(), " but the parameter has shape ", p.sizes());

@@ -27,6 +27,8 @@ double gelu_tanh_ref(double x) {
   return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
 }
 double silu_ref(double x) { return x * sigmoid_ref(x); }
+double mish_ref(double x) { return x * std::tanh(std::log1p(std::exp(x))); }
+double hardswish_ref(double x) { return x * std::min(std::max(x + 3, 0.0), 6.0) / 6; }
 // Central difference of f at x, for the fused derivative functors.
 double deriv(const std::function<double(double)>& f, double x) {
   const double h = 1e-5;
@@ -74,6 +76,19 @@ std::map<UnaryOp, UnaryRef> unary_refs() {
   m[UnaryOp::clamp_min] = {[](double x) { return std::max(x, -0.5); }, false, {-0.5, 0}};
   m[UnaryOp::clamp_max] = {[](double x) { return std::min(x, 0.7); }, false, {0.7, 0}};
   m[UnaryOp::pow_scalar] = {[](double x) { return std::pow(x, 2.5); }, true, {2.5, 0}};
+  m[UnaryOp::sin] = {[](double x) { return std::sin(x); }};
+  m[UnaryOp::cos] = {[](double x) { return std::cos(x); }};
+  m[UnaryOp::floor] = {[](double x) { return std::floor(x); }};
+  m[UnaryOp::ceil] = {[](double x) { return std::ceil(x); }};
+  m[UnaryOp::trunc] = {[](double x) { return std::trunc(x); }};
+  m[UnaryOp::round] = {[](double x) { return std::nearbyint(x); }};  // half to even (default mode)
+  m[UnaryOp::square] = {[](double x) { return x * x; }};
+  m[UnaryOp::leaky_relu] = {[](double x) { return x > 0 ? x : 0.2 * x; }, false, {0.2, 0}};
+  m[UnaryOp::elu] = {[](double x) { return x > 0 ? x : 1.5 * std::expm1(x); }, false, {1.5, 0}};
+  m[UnaryOp::softplus] = {[](double x) { return 2 * x > 3 ? x : std::log1p(std::exp(2 * x)) / 2; }, false, {2, 3}};
+  m[UnaryOp::mish] = {mish_ref};
+  m[UnaryOp::hardswish] = {hardswish_ref};
+  m[UnaryOp::hardsigmoid] = {[](double x) { return std::min(std::max(x + 3, 0.0), 6.0) / 6; }};
   return m;
 }
 
@@ -99,6 +114,13 @@ std::map<BinaryOp, BinaryRef> binary_refs() {
   m[BinaryOp::le] = {[](double a, double b) { return double(a <= b); }, false, true};
   m[BinaryOp::gt] = {[](double a, double b) { return double(a > b); }, false, true};
   m[BinaryOp::ge] = {[](double a, double b) { return double(a >= b); }, false, true};
+  m[BinaryOp::logical_and] = {[](double a, double b) { return double(a != 0 && b != 0); }, false, true};
+  m[BinaryOp::logical_or] = {[](double a, double b) { return double(a != 0 || b != 0); }, false, true};
+  m[BinaryOp::logical_xor] = {[](double a, double b) { return double((a != 0) != (b != 0)); }, false, true};
+  // Bitwise ops on floating kernels truncate to int64 (ember::bitwise_* refuse floats).
+  m[BinaryOp::bitwise_and] = {[](double a, double b) { return double(int64_t(a) & int64_t(b)); }};
+  m[BinaryOp::bitwise_or] = {[](double a, double b) { return double(int64_t(a) | int64_t(b)); }};
+  m[BinaryOp::bitwise_xor] = {[](double a, double b) { return double(int64_t(a) ^ int64_t(b)); }};
   // Fused derivatives (grad, saved): checked against finite differences of the forward.
   m[BinaryOp::relu_backward] = {[](double g, double x) { return x > 0 ? g : 0.0; }};
   m[BinaryOp::sigmoid_backward] = {[](double g, double y) {
@@ -111,6 +133,19 @@ std::map<BinaryOp, BinaryRef> binary_refs() {
   m[BinaryOp::gelu_backward] = {[](double g, double x) { return g * deriv(gelu_ref, x); }};
   m[BinaryOp::gelu_tanh_backward] = {[](double g, double x) { return g * deriv(gelu_tanh_ref, x); }};
   m[BinaryOp::silu_backward] = {[](double g, double x) { return g * deriv(silu_ref, x); }};
+  // The parameterized ones with ops::binary's default (zero) parameters: slope 0, alpha 0,
+  // softplus beta 0 (sigmoid(0) = 1/2); tests/nn/test_activations.cpp checks real ones.
+  m[BinaryOp::leaky_relu_backward] = {[](double g, double x) { return x > 0 ? g : 0.0; }};
+  m[BinaryOp::elu_backward] = {[](double g, double x) { return x > 0 ? g : 0.0; }};
+  m[BinaryOp::softplus_backward] = {[](double g, double x) { return g / 2; }};
+  m[BinaryOp::mish_backward] = {[](double g, double x) {  // d/dx x tanh(sp(x)) = tanh(sp) + x sech^2(sp) sigmoid(x)
+    const double t = std::tanh(std::log1p(std::exp(x)));
+    return g * (t + x * (1 - t * t) * sigmoid_ref(x));
+  }};
+  m[BinaryOp::hardswish_backward] = {[](double g, double x) {
+    return x < -3 ? 0.0 : x < 3 ? g * (2 * x + 3) / 6 : g;
+  }};
+  m[BinaryOp::hardsigmoid_backward] = {[](double g, double x) { return std::fabs(x) < 3 ? g / 6 : 0.0; }};
   return m;
 }
 

@@ -30,11 +30,19 @@ namespace ember {
 namespace autograd {
 class Node;
 }
+namespace indexing {
+class TensorIndex;
+}
 
 class Tensor;
 struct TensorImpl;
 struct ValuesIndices;
 using TensorList = std::vector<Tensor>;
+
+namespace detail {
+// Throws ValueError "[method] called on an undefined tensor ..." (Note [undefined tensors]).
+[[noreturn]] void throw_undefined_tensor(const char* method);
+}  // namespace detail
 
 // Options for factories; converts from a DType or a Device so `zeros({2}, DType::f64)` and
 // `zeros({2}, Device::cuda())` both read naturally.
@@ -231,6 +239,30 @@ class Tensor {
   Tensor std(const Shape& dims = {}, int64_t correction = 1, bool keepdim = false) const;
   Tensor norm(double p = 2, const Shape& dims = {}, bool keepdim = false) const;
 
+  // ---- sorting, scans, predicates, rounding (autograd/src/sort.cpp, elementwise.cpp) ----
+  ValuesIndices sort(int64_t dim = -1, bool descending = false, bool stable = false) const;
+  Tensor argsort(int64_t dim = -1, bool descending = false, bool stable = false) const;
+  ValuesIndices topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
+  Tensor cumsum(int64_t dim) const;
+  Tensor cumprod(int64_t dim) const;
+  Tensor logsumexp(const Shape& dims = {}, bool keepdim = false) const;
+  Tensor flip(const Shape& dims) const;
+  Tensor roll(const Shape& shifts, const Shape& dims = {}) const;
+  Tensor any(const Shape& dims = {}, bool keepdim = false) const;
+  Tensor all(const Shape& dims = {}, bool keepdim = false) const;
+  Tensor isnan() const;
+  Tensor isinf() const;
+  Tensor isfinite() const;
+  Tensor isclose(const Tensor& o, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false) const;
+  bool allclose(const Tensor& o, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false) const;
+  Tensor sin() const;
+  Tensor cos() const;
+  Tensor square() const;
+  Tensor floor() const;
+  Tensor ceil() const;
+  Tensor trunc() const;
+  Tensor round(int64_t decimals = 0) const;
+
   // ---- linear algebra and nn ops (autograd/) ----
   Tensor matmul(const Tensor& o) const;
   Tensor softmax(int64_t dim) const;
@@ -244,6 +276,66 @@ class Tensor {
   TensorList split(const std::vector<int64_t>& sizes, int64_t dim = 0) const;
   TensorList chunk(int64_t chunks, int64_t dim = 0) const;
 
+  // ---- indexing, tensor ops and conversions (autograd/; ember/indexing.h) ----
+  // x.index({0, Slice(1, None, 2), None, Ellipsis, mask}): PyTorch's x[0, 1::2, None, ..., mask].
+  Tensor index(std::initializer_list<indexing::TensorIndex> indices) const;
+  Tensor index(const std::vector<indexing::TensorIndex>& indices) const;
+  // x[indices] = values (accumulate: +=, repeated indices summed); values broadcast to the
+  // shape x.index(indices) has.
+  Tensor& index_put_(std::initializer_list<indexing::TensorIndex> indices, const Tensor& values,
+                     bool accumulate = false);
+  Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, const Tensor& values,
+                     bool accumulate = false);
+  Tensor& index_put_(std::initializer_list<indexing::TensorIndex> indices, Scalar value);
+  Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, Scalar value);
+  // x[i] is select(0, i); x[t] and x[{...}] are index().
+  template <class I>
+    requires(std::is_integral_v<I> && !std::is_same_v<I, bool>)
+  Tensor operator[](I i) const { return select(0, int64_t(i)); }
+  Tensor operator[](const Tensor& index) const;
+  Tensor operator[](std::initializer_list<indexing::TensorIndex> indices) const { return index(indices); }
+  Tensor nonzero() const;
+  Tensor masked_select(const Tensor& mask) const;
+  Tensor bmm(const Tensor& o) const;
+  Tensor outer(const Tensor& o) const;
+  Tensor repeat(const Shape& repeats) const;
+  Tensor tile(const Shape& dims) const;
+  TensorList unbind(int64_t dim = 0) const;
+  Tensor diag(int64_t diagonal = 0) const;
+  Tensor logical_not() const;
+  Tensor logical_and(const Tensor& o) const;
+  Tensor logical_or(const Tensor& o) const;
+  Tensor logical_xor(const Tensor& o) const;
+  Tensor bitwise_not() const;
+  Tensor bitwise_and(const Tensor& o) const;
+  Tensor bitwise_or(const Tensor& o) const;
+  Tensor bitwise_xor(const Tensor& o) const;
+  // x.sum(1) next to x.sum({1}): templates, so that x.sum({}) still means "all dims".
+  template <class I>
+    requires(std::is_integral_v<I> && !std::is_same_v<I, bool>)
+  Tensor sum(I dim, bool keepdim = false) const { return sum(Shape{int64_t(dim)}, keepdim); }
+  template <class I>
+    requires(std::is_integral_v<I> && !std::is_same_v<I, bool>)
+  Tensor mean(I dim, bool keepdim = false) const { return mean(Shape{int64_t(dim)}, keepdim); }
+  template <class I>
+    requires(std::is_integral_v<I> && !std::is_same_v<I, bool>)
+  Tensor var(I dim, int64_t correction = 1, bool keepdim = false) const {
+    return var(Shape{int64_t(dim)}, correction, keepdim);
+  }
+  template <class I>
+    requires(std::is_integral_v<I> && !std::is_same_v<I, bool>)
+  Tensor std(I dim, int64_t correction = 1, bool keepdim = false) const {
+    return std(Shape{int64_t(dim)}, correction, keepdim);
+  }
+  // PyTorch's .float() .double() .long() .int() .bool() are C++ keywords: to_float() etc.
+  Tensor half() const { return to(DType::f16); }
+  Tensor bfloat16() const { return to(DType::bf16); }
+  Tensor to_float() const { return to(DType::f32); }
+  Tensor to_double() const { return to(DType::f64); }
+  Tensor to_long() const { return to(DType::i64); }
+  Tensor to_int() const { return to(DType::i32); }
+  Tensor to_bool() const { return to(DType::b8); }
+
   // ---- operators ----
   Tensor operator-() const { return neg(); }
   Tensor& operator+=(const Tensor& o) { return add_(o); }
@@ -256,6 +348,13 @@ class Tensor {
   Tensor& operator/=(Scalar o) { return div_(o); }
 
  private:
+  // Note [undefined tensors]: every accessor that reads the impl (sizes, dtype, device, grad,
+  // ...) goes through here, so an undefined tensor (Tensor(), or a grad() that does not exist)
+  // reaching any op or method throws ValueError instead of crashing: "[<accessor>] called on
+  // an undefined tensor", unless the op's own check_defined ran first and named the op. Only
+  // defined(), impl(), impl_ptr(), is_same() and str() accept an undefined tensor.
+  TensorImpl& checked_impl(const char* method) const;
+
   std::shared_ptr<TensorImpl> impl_;
 };
 
@@ -263,6 +362,31 @@ struct ValuesIndices {
   Tensor values;
   Tensor indices;
 };
+
+// Comparisons and logic give bool tensors, as in PyTorch (`a > 0`, `a == b`, `m1 & ~m2`);
+// handle identity is Tensor::is_same. & | ^ ~ are logical on bool tensors, bitwise on integers.
+inline Tensor operator==(const Tensor& a, const Tensor& b) { return a.eq(b); }
+inline Tensor operator!=(const Tensor& a, const Tensor& b) { return a.ne(b); }
+inline Tensor operator<(const Tensor& a, const Tensor& b) { return a.lt(b); }
+inline Tensor operator<=(const Tensor& a, const Tensor& b) { return a.le(b); }
+inline Tensor operator>(const Tensor& a, const Tensor& b) { return a.gt(b); }
+inline Tensor operator>=(const Tensor& a, const Tensor& b) { return a.ge(b); }
+inline Tensor operator==(const Tensor& a, Scalar b) { return a.eq(b); }
+inline Tensor operator!=(const Tensor& a, Scalar b) { return a.ne(b); }
+inline Tensor operator<(const Tensor& a, Scalar b) { return a.lt(b); }
+inline Tensor operator<=(const Tensor& a, Scalar b) { return a.le(b); }
+inline Tensor operator>(const Tensor& a, Scalar b) { return a.gt(b); }
+inline Tensor operator>=(const Tensor& a, Scalar b) { return a.ge(b); }
+inline Tensor operator==(Scalar a, const Tensor& b) { return b.eq(a); }
+inline Tensor operator!=(Scalar a, const Tensor& b) { return b.ne(a); }
+inline Tensor operator<(Scalar a, const Tensor& b) { return b.gt(a); }
+inline Tensor operator<=(Scalar a, const Tensor& b) { return b.ge(a); }
+inline Tensor operator>(Scalar a, const Tensor& b) { return b.lt(a); }
+inline Tensor operator>=(Scalar a, const Tensor& b) { return b.le(a); }
+inline Tensor operator&(const Tensor& a, const Tensor& b) { return a.bitwise_and(b); }
+inline Tensor operator|(const Tensor& a, const Tensor& b) { return a.bitwise_or(b); }
+inline Tensor operator^(const Tensor& a, const Tensor& b) { return a.bitwise_xor(b); }
+inline Tensor operator~(const Tensor& a) { return a.bitwise_not(); }
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return a.add(b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return a.sub(b); }
@@ -311,22 +435,28 @@ struct TensorImpl {
   }
 };
 
-inline int64_t Tensor::dim() const { return int64_t(impl_->sizes.size()); }
-inline const Shape& Tensor::sizes() const { return impl_->sizes; }
-inline const Shape& Tensor::strides() const { return impl_->strides; }
-inline int64_t Tensor::numel() const { return impl_->sizes.numel(); }
-inline DType Tensor::dtype() const { return impl_->dtype; }
-inline Device Tensor::device() const { return impl_->storage->device(); }
-inline int64_t Tensor::storage_offset() const { return impl_->offset; }
-inline const std::shared_ptr<Storage>& Tensor::storage() const { return impl_->storage; }
+inline TensorImpl& Tensor::checked_impl(const char* method) const {
+  if (!impl_) [[unlikely]] detail::throw_undefined_tensor(method);
+  return *impl_;
+}
+inline int64_t Tensor::dim() const { return int64_t(checked_impl("dim").sizes.size()); }
+inline const Shape& Tensor::sizes() const { return checked_impl("sizes").sizes; }
+inline const Shape& Tensor::strides() const { return checked_impl("strides").strides; }
+inline int64_t Tensor::numel() const { return checked_impl("numel").sizes.numel(); }
+inline DType Tensor::dtype() const { return checked_impl("dtype").dtype; }
+inline Device Tensor::device() const { return checked_impl("device").storage->device(); }
+inline int64_t Tensor::storage_offset() const { return checked_impl("storage_offset").offset; }
+inline const std::shared_ptr<Storage>& Tensor::storage() const { return checked_impl("storage").storage; }
 inline void* Tensor::data_ptr() const {
-  return static_cast<char*>(impl_->storage->data()) + impl_->offset * int64_t(itemsize(impl_->dtype));
+  const TensorImpl& impl = checked_impl("data_ptr");
+  return static_cast<char*>(impl.storage->data()) + impl.offset * int64_t(itemsize(impl.dtype));
 }
 inline bool Tensor::requires_grad() const {
-  return impl_->autograd && (impl_->autograd->requires_grad || impl_->autograd->grad_fn);
+  const TensorImpl& impl = checked_impl("requires_grad");
+  return impl.autograd && (impl.autograd->requires_grad || impl.autograd->grad_fn);
 }
-inline uint32_t Tensor::version() const { return impl_->storage->version(); }
-inline void Tensor::bump_version() const { impl_->storage->bump_version(); }
+inline uint32_t Tensor::version() const { return checked_impl("version").storage->version(); }
+inline void Tensor::bump_version() const { checked_impl("bump_version").storage->bump_version(); }
 
 namespace detail {
 // Note [Iterative graph release]: dropping the last handle to a deep graph would free node
@@ -352,3 +482,6 @@ void check_no_internal_overlap(const char* op, const Tensor& t);
 }  // namespace detail
 
 }  // namespace ember
+
+// After Tensor is complete: the index types hold Tensors.
+#include "ember/indexing.h"

@@ -2,6 +2,7 @@
 // full({2}, 1.5, Device::cuda()), tensor<float>({1, 2, 3, 4}, {2, 2}).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -38,6 +39,18 @@ Tensor tensor(const std::vector<T>& values) {
 }
 // A 0-dim tensor.
 Tensor scalar_tensor(Scalar value, TensorOptions options = {});
+
+// The n x m identity (m defaults to n).
+Tensor eye(int64_t n, TensorOptions options = {});
+Tensor eye(int64_t n, int64_t m, TensorOptions options = {});
+// A tensor over memory the caller owns (zero-copy; options.device_ says where the memory is).
+// strides default to contiguous; `deleter`, when given, runs exactly once with `data` when
+// the last tensor or view over it is gone. The memory must outlive the tensors otherwise.
+Tensor from_blob(void* data, const Shape& sizes, TensorOptions options = {});
+Tensor from_blob(void* data, const Shape& sizes, const Shape& strides, TensorOptions options = {});
+Tensor from_blob(void* data, const Shape& sizes, std::function<void(void*)> deleter, TensorOptions options = {});
+Tensor from_blob(void* data, const Shape& sizes, const Shape& strides, std::function<void(void*)> deleter,
+                 TensorOptions options = {});
 
 Tensor empty_like(const Tensor& t);
 Tensor zeros_like(const Tensor& t);

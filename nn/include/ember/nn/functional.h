@@ -8,10 +8,20 @@
 #include <string>
 
 #include "ember/functions.h"
+#include "ember/nn/loss.h"  // the losses (mse_loss, l1_loss, ..., cross_entropy, nll_loss)
 
 namespace ember::nn::functional {
 
+using ember::adaptive_avg_pool2d;
+using ember::adaptive_max_pool2d;
+using ember::adaptive_max_pool2d_with_indices;
+using ember::avg_pool2d;
+using ember::conv1d;
 using ember::conv2d;
+using ember::conv_transpose2d;
+using ember::interpolate;
+using ember::InterpolateOptions;
+using ember::pad;
 using ember::cross_entropy;
 using ember::CrossEntropyOptions;
 using ember::dropout;
@@ -19,10 +29,16 @@ using ember::embedding;
 using ember::gelu;
 using ember::gelu_mlp;
 using ember::layer_norm;
+using ember::batch_norm;
+using ember::group_norm;
+using ember::rms_norm;
 using ember::linear;
+using ember::lstm_cell_pointwise;
+using ember::gru_cell_pointwise;
 using ember::linear_cross_entropy;
 using ember::LinearCrossEntropyOptions;
 using ember::log_softmax;
+using ember::one_hot;
 using ember::max_pool2d;
 using ember::Reduction;
 using ember::relu;
@@ -33,17 +49,17 @@ using ember::scaled_dot_product_attention;
 using ember::scaled_dot_product_attention_packed;
 using ember::softmax;
 using ember::tanh;
+using ember::leaky_relu;
+using ember::elu;
+using ember::softplus;
+using ember::mish;
+using ember::hardswish;
+using ember::hardsigmoid;
 
 // approximate: "none" (erf) or "tanh", as torch.nn.functional.gelu. (The const char*
 // overload keeps gelu(x, "tanh") from converting the literal to ember::gelu's bool.)
 Tensor gelu(const Tensor& x, const std::string& approximate);
 inline Tensor gelu(const Tensor& x, const char* approximate) { return gelu(x, std::string(approximate)); }
 Tensor flatten(const Tensor& x, int64_t start_dim = 1, int64_t end_dim = -1);
-// Mean (or sum, or none) of (input - target)^2.
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
-// Negative log-likelihood of log-probabilities [N, C] at integer targets [N]; entries equal
-// to ignore_index are left out of the loss and of the mean's denominator.
-Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index = -100,
-                Reduction reduction = Reduction::mean);
 
 }  // namespace ember::nn::functional

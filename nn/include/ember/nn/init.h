@@ -12,7 +12,10 @@
 namespace ember::nn::init {
 
 enum class FanMode { fan_in, fan_out };
-enum class Nonlinearity { linear, relu, leaky_relu, tanh, sigmoid };
+enum class Nonlinearity {
+  linear, relu, leaky_relu, tanh, sigmoid, selu,
+  conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d
+};
 
 // (fan_in, fan_out) of a weight: [out, in, k...] -> (in * prod(k), out * prod(k)).
 std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& t);
@@ -21,7 +24,9 @@ double calculate_gain(Nonlinearity nonlinearity, double param = 0.01);
 
 Tensor& uniform_(Tensor& t, double low = 0.0, double high = 1.0, Generator* gen = nullptr);
 Tensor& normal_(Tensor& t, double mean = 0.0, double std = 1.0, Generator* gen = nullptr);
-// Normal(mean, std) redrawn until inside [a, b].
+// Normal(mean, std) truncated to [a, b], by PyTorch's inverse-CDF method: u uniform in
+// [cdf(a), cdf(b)], then mean + std * sqrt(2) * erfinv(2u - 1), clamped to [a, b]. Any window
+// works (no rejection loop), as long as it has probability mass in f64.
 Tensor& trunc_normal_(Tensor& t, double mean = 0.0, double std = 1.0, double a = -2.0,
                       double b = 2.0, Generator* gen = nullptr);
 Tensor& constant_(Tensor& t, double value);
@@ -33,5 +38,10 @@ Tensor& kaiming_normal_(Tensor& t, double a = 0.0, FanMode mode = FanMode::fan_i
                         Nonlinearity nonlinearity = Nonlinearity::leaky_relu, Generator* gen = nullptr);
 Tensor& xavier_uniform_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
 Tensor& xavier_normal_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
+// torch.nn.init.orthogonal_: t viewed as [rows, numel / rows] becomes gain * Q, Q the
+// orthonormal factor (with R's diagonal made positive) of the QR of a standard normal matrix:
+// orthonormal rows when rows <= cols, orthonormal columns otherwise. The QR is a Householder
+// factorization in f64 on the CPU. Needs dim() >= 2.
+Tensor& orthogonal_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
 
 }  // namespace ember::nn::init

@@ -20,6 +20,19 @@
 //   valid when it is moved (nn::Sequential(nn::Linear(2, 3), ...) moves its layers into
 //   place). Only members may be registered that way; any other module is registered as a
 //   std::shared_ptr and owned.
+//
+// Note [calling a module]: `net(x)` works for any module whose class defines
+// `Tensor forward(const Tensor&)`, const or not, with no operator() of its own. Module declares
+// forward(const Tensor&) twice, virtual: a user's non-const forward overrides the non-const
+// one, a const forward (every built-in layer's) overrides the const one, and the non-const
+// default forwards to the const one, so Module::operator() (and a call through a Module&, as
+// in Sequential or ModuleList) reaches whichever the class defined; with neither, the const
+// default throws "[Net] has no forward(const Tensor&)". (Without deducing this (C++23) or a
+// CRTP base, a virtual is the only way from Module::operator() to Net::forward.) A forward
+// with other arguments, forward(x, mask), hides these two and is called as net.forward(x,
+// mask) or through an operator() of the class's own; `using nn::Module::forward;` in the
+// class silences clang's -Woverloaded-virtual about the hiding. A one-argument forward must
+// return Tensor (another return type would not override).
 #pragma once
 
 #include <cstddef>
@@ -92,6 +105,12 @@ class Module {
   // Copies values in (converting dtype and device to the module's). With strict, a missing
   // or unexpected key is an error listing every such key; a shape mismatch always is.
   void load_state_dict(const StateDict& state, bool strict = true);
+
+  // ---- calling (Note [calling a module]) ----
+  virtual Tensor forward(const Tensor& x);
+  virtual Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return forward(x); }
 
   // ---- printing ----
   // The layer's name in repr(): the class name by default ("Net"), "Linear" for nn::Linear.

@@ -16,13 +16,45 @@
 // Inputs of any strides are accepted: the kernels read views whose last dim has stride 1 in
 // place (Note [attention strided operands] in ops/kernels/attention.h) and copy only the
 // others. Outputs are contiguous.
+//
+// Note [attention masks and dropout]: AttentionExtras adds PyTorch's attn_mask and dropout_p.
+// - attn_mask broadcasts to [B, H, Tq, Tk] (key padding [B, 1, 1, Tk], a [Tq, Tk] mask, ...)
+//   and is read through its broadcast strides, never expanded into memory. A bool mask keeps
+//   the scores where it is true (PyTorch's convention); a floating mask (q's dtype or f32; f64
+//   too for f64 q) is added to the scaled scores. A floating mask whose dtype is not the
+//   compute type (f32, f64 for f64 q) is converted once, in its own (unbroadcast) shape.
+//   A mask and causal together are an error, as in PyTorch.
+// - Fully masked rows (every key hidden): the output row is 0, lse is +inf, and the backward
+//   gives that row zero gradients (FlashAttention's convention; PyTorch's math path gives
+//   NaN). +inf makes exp(s - lse) = 0 for every key in the backward, so no kernel needs a
+//   special case there.
+// - dropout_p in [0, 1): the probabilities P = softmax(...) are multiplied by mask / (1 - p),
+//   mask element (b, h, i, j) drawn exactly as ops::dropout_mask over [B, H, Tq, Tk] with
+//   the same Generator::State (Note [dropout Philox layout]): element e = ((b H + h) Tq + i)
+//   Tk + j uses counter offset + e / 4, word e % 4, kept when u >= p. The backward
+//   regenerates the mask from the same state (nothing O(Tq Tk) is saved); lse is that of the
+//   undropped softmax, and Delta = rowsum(dO * O) still equals rowsum(P * dP) with dropout.
+//   Callers reserve attention_dropout_counters(B, H, Tq, Tk) counters.
+// - CUDA: the tensor-core path (flash_attention.cu) takes neither; a call with a mask or
+//   dropout always runs the generic kernels (tests/ops/test_attention_mask.cpp proves it
+//   through the profiler range the tensor-core path opens).
 #pragma once
 
 #include <optional>
 
+#include "ember/random.h"
 #include "ember/tensor.h"
 
 namespace ember::ops {
+
+struct AttentionExtras {
+  Tensor attn_mask;        // undefined (none), bool, or floating; broadcastable to [B, H, Tq, Tk]
+  double dropout_p = 0.0;  // in [0, 1)
+  Generator::State rng{};  // the dropout draws (only read when dropout_p > 0)
+};
+inline uint64_t attention_dropout_counters(int64_t B, int64_t H, int64_t Tq, int64_t Tk) {
+  return (uint64_t(B) * uint64_t(H) * uint64_t(Tq) * uint64_t(Tk) + 3) / 4;
+}
 
 struct AttentionForward {
   Tensor out;  // [B, H, Tq, D], q's dtype, contiguous
@@ -34,6 +66,13 @@ struct AttentionForward {
 AttentionForward scaled_dot_product_attention_forward(const Tensor& q, const Tensor& k,
                                                       const Tensor& v, bool causal,
                                                       std::optional<double> scale = std::nullopt);
+// With a mask and/or dropout (Note [attention masks and dropout]). Also throws ShapeError for
+// a mask that does not broadcast to [B, H, Tq, Tk], DTypeError for a floating mask of another
+// dtype, ValueError for causal with a mask or dropout_p outside [0, 1).
+AttentionForward scaled_dot_product_attention_forward(const Tensor& q, const Tensor& k,
+                                                      const Tensor& v, const AttentionExtras& extras,
+                                                      bool causal,
+                                                      std::optional<double> scale = std::nullopt);
 
 struct AttentionBackward {
   Tensor dq, dk, dv;  // shapes and dtypes of q, k, v; contiguous
@@ -43,6 +82,12 @@ AttentionBackward scaled_dot_product_attention_backward(const Tensor& grad, cons
                                                         const Tensor& k, const Tensor& v,
                                                         const Tensor& out, const Tensor& lse,
                                                         bool causal,
+                                                        std::optional<double> scale = std::nullopt);
+// The backward of the masked / dropout forward: the same extras (mask, p, rng state).
+AttentionBackward scaled_dot_product_attention_backward(const Tensor& grad, const Tensor& q,
+                                                        const Tensor& k, const Tensor& v,
+                                                        const Tensor& out, const Tensor& lse,
+                                                        const AttentionExtras& extras, bool causal,
                                                         std::optional<double> scale = std::nullopt);
 
 // Attention over GPT's packed projection qkv [B, T, 3C], C = n_head * D: per token the q,

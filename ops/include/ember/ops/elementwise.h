@@ -26,7 +26,8 @@ DType result_dtype(UnaryOp op, DType input);
 Tensor unary(UnaryOp op, const Tensor& x, UnaryParams params = {});
 // out = op(x) into an existing tensor of x's shape (out may be x itself: in place).
 void unary_out(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams params = {});
-Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
+// params: the parameters of a parameterized fused backward (leaky_relu_backward's slope).
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, UnaryParams params = {});
 // out = op(a, b); out has the broadcast shape (out may be a: in place). The result is cast to
 // out's dtype, which must be able to hold it (an f32 result cannot go into an i64 tensor).
 void binary_out(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);

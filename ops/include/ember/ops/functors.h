@@ -14,7 +14,8 @@
 
 namespace ember::ops {
 
-// Extra parameters of parameterized ops (clamp bounds, the exponent of pow_scalar).
+// Extra parameters of parameterized ops (clamp bounds, the exponent of pow_scalar, the slope
+// of leaky_relu), unary ones and the fused backward binaries of parameterized activations.
 struct UnaryParams {
   double a = 0;
   double b = 0;
@@ -22,7 +23,31 @@ struct UnaryParams {
 
 namespace fn {
 
-using std::abs, std::exp, std::log, std::sqrt, std::tanh, std::erf, std::pow;
+using std::abs, std::exp, std::log, std::sqrt, std::tanh, std::erf, std::pow, std::log1p, std::expm1;
+
+// The floating type an activation computes in: T itself, or float for the integer
+// instantiations the drivers compile but never run (floating_only ops promote integers).
+template <class T>
+using float_of = std::conditional_t<std::is_floating_point_v<T>, T, float>;
+
+// floor/ceil/trunc/round: f applied to floating x, integers returned unchanged.
+template <class T, class F>
+EMBER_HD T round_like(T x, F f) {
+  if constexpr (std::is_integral_v<T>) return x;
+  else return T(f(x));
+}
+// x rounded half to even at 10^-decimals, PyTorch's formula: the power of ten is computed in
+// double and cast to T, and x is scaled by it (multiplied, or divided for decimals < 0).
+template <class T>
+EMBER_HD T round_decimals(T x, double decimals) {
+  if (decimals == 0) return T(std::rint(x));
+  if (decimals > 0) {
+    const T s = T(std::pow(10.0, decimals));
+    return T(std::rint(x * s)) / s;
+  }
+  const T s = T(std::pow(10.0, -decimals));
+  return T(std::rint(x / s)) * s;
+}
 
 #define EMBER_UNARY_FUNCTOR(Name, expr)                   \
   struct Name {                                           \
@@ -57,7 +82,63 @@ EMBER_UNARY_FUNCTOR(Clamp, x < T(p.a) ? T(p.a) : (x > T(p.b) ? T(p.b) : x))
 EMBER_UNARY_FUNCTOR(ClampMin, x < T(p.a) ? T(p.a) : x)
 EMBER_UNARY_FUNCTOR(ClampMax, x > T(p.a) ? T(p.a) : x)
 EMBER_UNARY_FUNCTOR(PowScalar, T(pow(x, T(p.a))))
+// sin/cos are floating_only (integers never reach them; float_of keeps those instantiations
+// compiling). The rounding ops keep integer dtypes as PyTorch does (an integer is its own floor).
+EMBER_UNARY_FUNCTOR(Sin, T(std::sin(float_of<T>(x))))
+EMBER_UNARY_FUNCTOR(Cos, T(std::cos(float_of<T>(x))))
+EMBER_UNARY_FUNCTOR(Floor, round_like<T>(x, [](auto v) { return std::floor(v); }))
+EMBER_UNARY_FUNCTOR(Ceil, round_like<T>(x, [](auto v) { return std::ceil(v); }))
+EMBER_UNARY_FUNCTOR(Trunc, round_like<T>(x, [](auto v) { return std::trunc(v); }))
+// p.a: decimals (PyTorch's round(decimals)); rint rounds half to even in the default mode.
+EMBER_UNARY_FUNCTOR(Round, round_like<T>(x, [d = p.a](auto v) { return round_decimals(v, d); }))
+EMBER_UNARY_FUNCTOR(Square, x * x)
 #undef EMBER_UNARY_FUNCTOR
+
+template <class T>
+EMBER_HD T relu6(T x) {
+  x = x < T(0) ? T(0) : x;
+  return x > T(6) ? T(6) : x;
+}
+
+// Activations: x and the parameters in F = float_of<T> (never double math on float data).
+#define EMBER_ACTIVATION_FUNCTOR(Name, expr)          \
+  struct Name {                                       \
+    UnaryParams p;                                    \
+    template <class T>                                \
+    EMBER_HD T operator()(T in) const {               \
+      using F = float_of<T>;                          \
+      const F x = F(in);                              \
+      (void)p;                                        \
+      return T(expr);                                 \
+    }                                                 \
+  };
+// p.a: negative_slope.
+EMBER_ACTIVATION_FUNCTOR(LeakyRelu, x > F(0) ? x : x * F(p.a))
+// p.a: alpha.
+EMBER_ACTIVATION_FUNCTOR(Elu, x > F(0) ? x : F(p.a) * F(expm1(x)))
+// p.a: beta, p.b: threshold; linear above the threshold, where log1p(exp(bx))/b == x in the
+// dtype's precision (PyTorch's form: no overflow in exp).
+EMBER_ACTIVATION_FUNCTOR(Softplus, x * F(p.a) > F(p.b) ? x : F(log1p(exp(x * F(p.a)))) / F(p.a))
+// x tanh(softplus(x)); exp overflows to inf for large x, and tanh(inf) = 1 gives x.
+EMBER_ACTIVATION_FUNCTOR(Mish, x * F(tanh(F(log1p(exp(x))))))
+// PyTorch's formulas, x * relu6(x + 3) / 6 and relu6(x + 3) / 6 (NaN propagates).
+EMBER_ACTIVATION_FUNCTOR(Hardswish, x * relu6(x + F(3)) / F(6))
+EMBER_ACTIVATION_FUNCTOR(Hardsigmoid, relu6(x + F(3)) / F(6))
+#undef EMBER_ACTIVATION_FUNCTOR
+
+template <class T>
+EMBER_HD T mish_backward(T g, T x) {
+  const T sp = T(log1p(exp(x)));
+  const T tsp = T(tanh(sp));
+  const T s = T(1) / (T(1) + T(exp(-x)));
+  return g * (tsp + x * s * (T(1) - tsp * tsp));
+}
+template <class T>
+EMBER_HD T softplus_backward(T g, T x, T beta, T threshold) {
+  if (x * beta > threshold) return g;
+  const T z = T(exp(x * beta));
+  return g * z / (z + T(1));
+}
 
 template <class T>
 EMBER_HD T gelu_tanh_backward(T g, T x) {
@@ -72,10 +153,23 @@ EMBER_HD T silu_backward(T g, T x) {
   return g * s * (T(1) + x * (T(1) - s));
 }
 
+#define EMBER_BITWISE_HELPER(name, op)                    \
+  template <class T>                                      \
+  EMBER_HD T name(T a, T b) {                             \
+    if constexpr (std::is_integral_v<T>) return T(a op b); \
+    else return T(int64_t(a) op int64_t(b));              \
+  }
+EMBER_BITWISE_HELPER(bit_and, &)
+EMBER_BITWISE_HELPER(bit_or, |)
+EMBER_BITWISE_HELPER(bit_xor, ^)
+#undef EMBER_BITWISE_HELPER
+
 #define EMBER_BINARY_FUNCTOR(Name, expr)        \
   struct Name {                                 \
+    UnaryParams p;                              \
     template <class T>                          \
     EMBER_HD T operator()(T a, T b) const {     \
+      (void)p;                                  \
       return expr;                              \
     }                                           \
   };
@@ -95,6 +189,14 @@ EMBER_BINARY_FUNCTOR(Lt, T(a < b))
 EMBER_BINARY_FUNCTOR(Le, T(a <= b))
 EMBER_BINARY_FUNCTOR(Gt, T(a > b))
 EMBER_BINARY_FUNCTOR(Ge, T(a >= b))
+// Logic (bool results, any dtype: nonzero is true) and bitwise ops (meant for integers and
+// bool; ember's bitwise_* reject floating tensors, on which the kernels truncate to int64).
+EMBER_BINARY_FUNCTOR(LogicalAnd, T((a != T(0)) && (b != T(0))))
+EMBER_BINARY_FUNCTOR(LogicalOr, T((a != T(0)) || (b != T(0))))
+EMBER_BINARY_FUNCTOR(LogicalXor, T((a != T(0)) != (b != T(0))))
+EMBER_BINARY_FUNCTOR(BitwiseAnd, bit_and(a, b))
+EMBER_BINARY_FUNCTOR(BitwiseOr, bit_or(a, b))
+EMBER_BINARY_FUNCTOR(BitwiseXor, bit_xor(a, b))
 // Fused derivatives used by VJPs: (grad, saved) -> grad_in, one pass instead of three.
 EMBER_BINARY_FUNCTOR(ReluBackward, b > T(0) ? a : T(0))  // (g, x)
 EMBER_BINARY_FUNCTOR(SigmoidBackward, a * b * (T(1) - b))  // (g, y)
@@ -104,6 +206,15 @@ EMBER_BINARY_FUNCTOR(GeluBackward,                          // (g, x)
                            b * T(0.39894228040143267794) * T(exp(T(-0.5) * b * b))))
 EMBER_BINARY_FUNCTOR(GeluTanhBackward, gelu_tanh_backward(a, b))  // (g, x)
 EMBER_BINARY_FUNCTOR(SiluBackward, silu_backward(a, b))           // (g, x)
+// The parameterized ones read the forward's UnaryParams (ops::binary's params argument).
+EMBER_BINARY_FUNCTOR(LeakyReluBackward, b > T(0) ? a : a * T(p.a))  // (g, x)
+EMBER_BINARY_FUNCTOR(EluBackward, b > T(0) ? a : a * T(p.a) * T(exp(b)))  // (g, x)
+EMBER_BINARY_FUNCTOR(SoftplusBackward, softplus_backward(a, b, T(p.a), T(p.b)))  // (g, x)
+EMBER_BINARY_FUNCTOR(MishBackward, mish_backward(a, b))  // (g, x)
+// PyTorch's (1.13) boundaries: hardswish takes the middle branch at x = -3 and passes g from
+// x = 3 on; hardsigmoid's gradient is nonzero only strictly inside (-3, 3).
+EMBER_BINARY_FUNCTOR(HardswishBackward, b < T(-3) ? T(0) : (b < T(3) ? a * (b / T(3) + T(0.5)) : a))
+EMBER_BINARY_FUNCTOR(HardsigmoidBackward, b > T(-3) && b < T(3) ? a / T(6) : T(0))  // (g, x)
 #undef EMBER_BINARY_FUNCTOR
 
 }  // namespace fn
@@ -129,7 +240,20 @@ EMBER_BINARY_FUNCTOR(SiluBackward, silu_backward(a, b))           // (g, x)
   X(clamp, Clamp, false)              \
   X(clamp_min, ClampMin, false)       \
   X(clamp_max, ClampMax, false)       \
-  X(pow_scalar, PowScalar, true)
+  X(pow_scalar, PowScalar, true)      \
+  X(sin, Sin, true)                   \
+  X(cos, Cos, true)                   \
+  X(floor, Floor, false)              \
+  X(ceil, Ceil, false)                \
+  X(trunc, Trunc, false)              \
+  X(round, Round, false)              \
+  X(square, Square, false)            \
+  X(leaky_relu, LeakyRelu, true)      \
+  X(elu, Elu, true)                   \
+  X(softplus, Softplus, true)         \
+  X(mish, Mish, true)                 \
+  X(hardswish, Hardswish, true)       \
+  X(hardsigmoid, Hardsigmoid, true)
 
 // X(enum name, functor, kind): kind is arith (result in the promoted dtype), compare (result
 // is bool) or floating (promoted dtype, integers promote to f32).
@@ -147,11 +271,23 @@ EMBER_BINARY_FUNCTOR(SiluBackward, silu_backward(a, b))           // (g, x)
   X(le, Le, compare)                               \
   X(gt, Gt, compare)                               \
   X(ge, Ge, compare)                               \
+  X(logical_and, LogicalAnd, compare)              \
+  X(logical_or, LogicalOr, compare)                \
+  X(logical_xor, LogicalXor, compare)              \
+  X(bitwise_and, BitwiseAnd, arith)                \
+  X(bitwise_or, BitwiseOr, arith)                  \
+  X(bitwise_xor, BitwiseXor, arith)                \
   X(relu_backward, ReluBackward, floating)         \
   X(sigmoid_backward, SigmoidBackward, floating)   \
   X(tanh_backward, TanhBackward, floating)         \
   X(gelu_backward, GeluBackward, floating)         \
   X(gelu_tanh_backward, GeluTanhBackward, floating) \
-  X(silu_backward, SiluBackward, floating)
+  X(silu_backward, SiluBackward, floating)         \
+  X(leaky_relu_backward, LeakyReluBackward, floating) \
+  X(elu_backward, EluBackward, floating)           \
+  X(softplus_backward, SoftplusBackward, floating) \
+  X(mish_backward, MishBackward, floating)         \
+  X(hardswish_backward, HardswishBackward, floating) \
+  X(hardsigmoid_backward, HardsigmoidBackward, floating)
 
 }  // namespace ember::ops

@@ -60,6 +60,8 @@ class AdamBase : public Optimizer {
   explicit AdamBase(std::vector<Group> groups);
   double group_lr(size_t group) const override { return options_[group].lr; }
   void set_group_lr(size_t group, double lr) override;
+  std::optional<double> group_momentum(size_t group) const override { return options_[group].betas[0]; }
+  void set_group_momentum(size_t group, double beta1) override { options_[group].betas[0] = beta1; }
   void save_group_options(size_t group, StateDict& out, const std::string& prefix) const override;
   void load_group_options(size_t group, const StateDict& in, const std::string& prefix) override;
 

@@ -20,7 +20,8 @@
 //
 // State dict keys (Note [optimizer state dict]):
 //   state.<i>.step              i64 0-dim, optimizers that count steps (Adam, AdamW)
-//   state.<i>.<buffer>          exp_avg, exp_avg_sq / momentum_buffer (absent before step 1)
+//   state.<i>.<buffer>          exp_avg, exp_avg_sq / momentum_buffer / square_avg,
+//                               grad_avg (RMSprop) / sum (Adagrad) (absent before step 1)
 //   state.<i>.master            f32 master copy of a 16-bit parameter (master_weights option;
 //                               absent otherwise and before step 1)
 //   param_groups.<g>.params     i64 [n]: the parameter numbers of group g
@@ -77,6 +78,10 @@ class Optimizer {
   // attached to this optimizer, so a second one starts from the same base.
   std::optional<double> initial_lr(size_t group) const;
   void set_initial_lr(double lr, size_t group);
+  // The momentum a schedule cycles (OneCycleLR): SGD's and RMSprop's momentum, Adam's beta1;
+  // nullopt for an optimizer without one (Adagrad). set_momentum throws ValueError there.
+  std::optional<double> momentum(size_t group) const;
+  void set_momentum(double momentum, size_t group);
 
   StateDict state_dict() const;
   void load_state_dict(const StateDict& state);
@@ -119,6 +124,11 @@ class Optimizer {
   virtual void set_group_lr(size_t group, double lr) = 0;
   virtual void save_group_options(size_t group, StateDict& out, const std::string& prefix) const = 0;
   virtual void load_group_options(size_t group, const StateDict& in, const std::string& prefix) = 0;
+  virtual std::optional<double> group_momentum(size_t) const { return std::nullopt; }
+  virtual void set_group_momentum(size_t, double) {}
+  // Buffers that exist only with some options (RMSprop's momentum_buffer and grad_avg, as in
+  // PyTorch): an undefined buffer is left out of state_dict and may be absent when loading.
+  void set_optional_state(std::vector<std::string> names) { optional_state_names_ = std::move(names); }
 
  private:
   std::string name_;
@@ -126,6 +136,7 @@ class Optimizer {
   std::vector<size_t> group_begin_;
   std::vector<std::optional<double>> initial_lr_;
   std::vector<std::string> state_names_;
+  std::vector<std::string> optional_state_names_;
   bool counts_steps_;
   std::vector<ParamState> state_;
 };

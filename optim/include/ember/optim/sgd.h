@@ -32,6 +32,8 @@ class SGD : public Optimizer {
  protected:
   double group_lr(size_t group) const override { return options_[group].lr; }
   void set_group_lr(size_t group, double lr) override { options_[group].lr = lr; }
+  std::optional<double> group_momentum(size_t group) const override { return options_[group].momentum; }
+  void set_group_momentum(size_t group, double m) override { options_[group].momentum = m; }
   void save_group_options(size_t group, StateDict& out, const std::string& prefix) const override;
   void load_group_options(size_t group, const StateDict& in, const std::string& prefix) override;
 

@@ -1,0 +1,84 @@
+#!/usr/bin/python3
+"""PyTorch peer of bench/bench_norm.cpp: the same normalization cases, timed the same way
+(median of --steps calls after --warmup; CUDA events on a GPU), same thread count.
+
+Prints one line per case:  peer: <name> <forward ms> <fwd+bwd ms> <torch version>
+RMSNorm: torch 1.13 has no rms_norm; F.rms_norm when present, else the composite
+x * rsqrt(mean(x^2) + eps) * w (torch 2.4's CPU implementation is that composite too).
+"""
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--device", default="cpu")
+ap.add_argument("--steps", type=int, default=20)
+ap.add_argument("--warmup", type=int, default=3)
+ap.add_argument("--threads", type=int, default=0)
+args = ap.parse_args()
+if args.threads > 0:
+    torch.set_num_threads(args.threads)
+dev = torch.device("cuda" if args.device == "cuda" else "cpu")
+
+
+def time_calls(f):
+    for _ in range(args.warmup):
+        f()
+    if dev.type == "cuda":
+        times = []
+        for _ in range(args.steps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            f()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) * 1e-3)
+        return statistics.median(times)
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def rms_norm(x, w, eps):
+    if hasattr(F, "rms_norm"):
+        return F.rms_norm(x, (x.shape[-1],), w, eps)
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+cases = [("bn2d_128x32x28x28", "b", (128, 32, 28, 28)),
+         ("bn2d_128x64x14x14", "b", (128, 64, 14, 14)),
+         ("gn8_128x64x14x14", "g", (128, 64, 14, 14)),
+         ("rms_4096x768", "r", (4096, 768))]
+torch.manual_seed(0)
+for name, kind, shape in cases:
+    C = shape[1]
+    x = torch.randn(shape, device=dev)
+    dy = torch.randn(shape, device=dev)
+    w, b = torch.ones(C, device=dev), torch.zeros(C, device=dev)
+    rm, rv = torch.zeros(C, device=dev), torch.ones(C, device=dev)
+
+    def run(xv, wv, bv):
+        if kind == "b":
+            return F.batch_norm(xv, rm, rv, wv, bv, True, 0.1, 1e-5)
+        if kind == "g":
+            return F.group_norm(xv, 8, wv, bv, 1e-5)
+        return rms_norm(xv, wv, 1e-6)
+
+    def fwd():
+        with torch.no_grad():
+            run(x, w, b)
+
+    xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
+
+    def fwd_bwd():
+        run(xg, wg, bg if kind != "r" else None).backward(dy)
+        xg.grad = wg.grad = bg.grad = None
+
+    print("peer: %s %.4f %.4f %s" % (name, 1e3 * time_calls(fwd), 1e3 * time_calls(fwd_bwd),
+                                     torch.__version__.split("+")[0]), flush=True)

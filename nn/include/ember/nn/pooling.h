@@ -1,0 +1,85 @@
+// Pooling and resampling layers: AvgPool2d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, Upsample.
+// Parameter-free; each forward calls the matching nn::functional op (PyTorch's semantics and
+// argument names). NCHW input, or unbatched [C, H, W] where PyTorch accepts it.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "ember/nn/functional.h"
+#include "ember/nn/layers.h"
+
+namespace ember::nn {
+
+// Averages kernel_size windows; stride defaults to kernel_size. ceil_mode, count_include_pad
+// and divisor_override as torch.nn.AvgPool2d.
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0,
+                     bool ceil_mode = false, bool count_include_pad = true,
+                     std::optional<int64_t> divisor_override = std::nullopt);
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  std::string type_name() const override { return "AvgPool2d"; }
+  std::string extra_repr() const override;
+
+  Size2 kernel_size, stride, padding;
+  bool ceil_mode, count_include_pad;
+  std::optional<int64_t> divisor_override;
+};
+
+// Averages over PyTorch's adaptive bins to output_size [h, w]: bin i of an input extent H
+// covers [floor(i * H / h), ceil((i + 1) * H / h)). AdaptiveAvgPool2d(1) is the global pool.
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(Size2 output_size);
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  std::string type_name() const override { return "AdaptiveAvgPool2d"; }
+  std::string extra_repr() const override;
+
+  Size2 output_size;
+};
+
+// The maximum of each adaptive bin; forward_with_indices also returns the argmax positions
+// (flat h * W + w inside each input plane, as torch's return_indices=True).
+class AdaptiveMaxPool2d : public Module {
+ public:
+  explicit AdaptiveMaxPool2d(Size2 output_size);
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  ValuesIndices forward_with_indices(const Tensor& x) const;
+  std::string type_name() const override { return "AdaptiveMaxPool2d"; }
+  std::string extra_repr() const override;
+
+  Size2 output_size;
+};
+
+// A scale factor per spatial dim that reads as one number when both are equal.
+struct Scale2 {
+  double h = 1, w = 1;
+  Scale2(double v) : h(v), w(v) {}
+  Scale2(double height, double width) : h(height), w(width) {}
+};
+
+struct UpsampleOptions {
+  std::optional<Size2> size;           // exactly one of size and scale_factor
+  std::optional<Scale2> scale_factor;
+  std::string mode = "nearest";        // "nearest" or "bilinear"
+  std::optional<bool> align_corners;   // bilinear only; unset means false
+  std::optional<bool> recompute_scale_factor;
+};
+
+// functional::interpolate as a layer: nn::Upsample({.scale_factor = 2.0, .mode = "bilinear"}).
+class Upsample : public Module {
+ public:
+  explicit Upsample(UpsampleOptions options);
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  std::string type_name() const override { return "Upsample"; }
+  std::string extra_repr() const override;
+
+  UpsampleOptions options;
+};
+
+}  // namespace ember::nn
