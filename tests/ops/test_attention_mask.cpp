@@ -371,6 +371,51 @@ TEST(AttentionMaskCuda, FullyMaskedRow) {
                                                   k.to(Device::cpu()).narrow(2, 0, 2),
                                                   v.to(Device::cpu()).narrow(2, 0, 2));
   EXPECT_TRUE(all_close(f.out.narrow(2, 0, 1), ref, 1e-5, 1e-6));
+
+  // Against the CPU, over more than one key tile (Tk = 40 > 32 lanes): row 1 hides every key,
+  // row 3 every key of the first tile (the forward's "nothing visible yet" branch), the
+  // others a random half (key 0 kept); bool and -inf float masks, with and without dropout.
+  // lse must be +inf on row 1 and nothing anywhere NaN, forward or backward.
+  const int64_t B = 2, H = 2, Tq = 5, Tk = 40, D = 16;
+  std::vector<double> keepv(size_t(Tq * Tk));
+  const std::vector<double> coin = rand({Tq * Tk}, DType::f64, &gen).to_vector<double>();
+  for (int64_t i = 0; i < Tq; ++i)
+    for (int64_t j = 0; j < Tk; ++j) {
+      const size_t e = size_t(i * Tk + j);
+      keepv[e] = i == 1 ? 0 : i == 3 ? (j >= 32) : (j == 0 || coin[e] > 0.5);
+    }
+  const Tensor keep = tensor<double>(keepv, {Tq, Tk}).gt(0.5);
+  const Tensor ninf = where(keep, zeros({Tq, Tk}, DType::f64), -kInf);
+  auto no_nan = [](const Tensor& t) {
+    for (double x : t.to_vector<double>())
+      if (std::isnan(x)) return false;
+    return true;
+  };
+  for (DType dt : {DType::f32, DType::bf16, DType::f64}) {
+    const Tensor qc = heads({B, H, Tq, D}, gen).to(dt), kc = heads({B, H, Tk, D}, gen).to(dt),
+                 vc = heads({B, H, Tk, D}, gen).to(dt), gc = heads({B, H, Tq, D}, gen).to(dt);
+    for (const Tensor& mk : {keep, ninf.to(dt == DType::f64 ? DType::f64 : DType::f32)})
+      for (double p : {0.0, 0.3}) {
+        SCOPED_TRACE(str(dtype_name(dt), mk.dtype() == DType::b8 ? " bool" : " float", " p ", p));
+        const ops::AttentionExtras cpu{mk, p, {5, 3}}, gpu{mk.to(dev), p, {5, 3}};
+        const ops::AttentionForward rf = ops::scaled_dot_product_attention_forward(qc, kc, vc, cpu, false);
+        const ops::AttentionBackward rb =
+            ops::scaled_dot_product_attention_backward(gc, qc, kc, vc, rf.out, rf.lse, cpu, false);
+        const Tensor qd = qc.to(dev), kd = kc.to(dev), vd = vc.to(dev), gd = gc.to(dev);
+        const ops::AttentionForward cf = ops::scaled_dot_product_attention_forward(qd, kd, vd, gpu, false);
+        const ops::AttentionBackward cb =
+            ops::scaled_dot_product_attention_backward(gd, qd, kd, vd, cf.out, cf.lse, gpu, false);
+        for (double l : cf.lse.select(2, 1).to_vector<double>()) EXPECT_EQ(l, kInf);
+        EXPECT_TRUE(all_close(cf.out.select(2, 1), zeros({B, H, D}, DType::f64), 0, 0));
+        EXPECT_TRUE(no_nan(cf.out) && no_nan(cf.lse) && no_nan(cb.dq) && no_nan(cb.dk) && no_nan(cb.dv));
+        const double rtol = cuda_rtol(dt) * 4;
+        EXPECT_TRUE(close_to_cpu(cf.out, rf.out, rtol)) << "out";
+        EXPECT_TRUE(close_to_cpu(cf.lse, rf.lse, rtol)) << "lse";
+        EXPECT_TRUE(close_to_cpu(cb.dq, rb.dq, rtol)) << "dq";
+        EXPECT_TRUE(close_to_cpu(cb.dk, rb.dk, rtol)) << "dk";
+        EXPECT_TRUE(close_to_cpu(cb.dv, rb.dv, rtol)) << "dv";
+      }
+  }
 }
 
 }  // namespace

@@ -338,6 +338,14 @@ TEST(IndexingCuda, IndexPutNonzeroMaskedSelectMatchCpu) {
   EXPECT_TRUE(test::close_to_cpu(d, c, 0));
   Tensor big = rand({1 << 20}) > 0.5;  // a scan over many blocks
   EXPECT_TRUE(test::close_to_cpu(nonzero(on(big)), nonzero(big), 0));
+  // nonzero's edges: no elements, none nonzero, 0-d, and f16 where NaN counts and -0.0 not.
+  const double nan = std::nan("");
+  for (const Tensor& t : {zeros({0, 3}), zeros({2, 3}), zeros(Shape{}), ones(Shape{}),
+                          tensor<double>({0.0, -0.0, nan, 1.0, 0.0}).to(DType::f16)})
+    EXPECT_TRUE(test::close_to_cpu(nonzero(on(t)), nonzero(t), 0)) << str(t.sizes());
+  // i32 indices on non-adjacent dims, broadcast [2, 1] with [3], one negative.
+  Tensor i2 = ilist({2, 0}).reshape({2, 1}).to(DType::i32), j2 = ilist({4, -5, 1}).to(DType::i32);
+  EXPECT_TRUE(test::close_to_cpu(on(x).index({on(i2), Slice(), on(j2)}), x.index({i2, Slice(), j2}), 0));
   EXPECT_TRUE(test::close_to_cpu(one_hot(on(ilist({2, 0, 1})), 4), one_hot(ilist({2, 0, 1}), 4), 0));
   EXPECT_TRUE(test::close_to_cpu(eye(3, 4, dev), eye(3, 4), 0));
   Tensor p = on(x) > 0, q = on(x) < 0.5;

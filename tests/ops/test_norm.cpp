@@ -4,6 +4,7 @@
 // each CPU path (planes gathered or read in place, one thread or many). The CUDA bodies
 // compare with the CPU and skip without a GPU.
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "ember/ops/norm.h"
@@ -333,7 +334,10 @@ TEST(NormOpsCuda, MatchCpu) {
     SCOPED_TRACE(dtype_name(dt));
     const double rtol = test::cuda_rtol(dt);
     const DType pdt = (dt == DType::f16 || dt == DType::bf16) ? DType::f32 : dt;
-    for (const Shape& shape : {Shape{6, 3}, Shape{1000, 70}, Shape{5, 3, 7}, Shape{32, 16, 28, 28}}) {
+    // {3, 70000}: an [N, C] input with more channels than grid.y holds (the column kernel
+    // puts 32 channels in a block).
+    for (const Shape& shape :
+         {Shape{6, 3}, Shape{1000, 70}, Shape{3, 70000}, Shape{5, 3, 7}, Shape{32, 16, 28, 28}}) {
       SCOPED_TRACE(str(shape));
       const int64_t C = shape[1];
       Tensor x = add(randn(shape), full({}, 2.0)).to(dt), g = randn(shape).to(dt);
@@ -367,9 +371,10 @@ TEST(NormOpsCuda, MatchCpu) {
         EXPECT_TRUE(test::close_to_cpu(gb.dbias, cb.dbias, 4 * rtol));
       }
     }
-    for (int64_t cols : {7, 768, 8192}) {
-      SCOPED_TRACE(str("rms cols ", cols));
-      Tensor x = randn({33, cols}).to(dt), g = randn({33, cols}).to(dt), w = randn({cols}).to(dt);
+    // 1000 x 64: dweight summed over several row chunks (rms_norm_param_kernel's grid.y).
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{33, 7}, {33, 768}, {33, 8192}, {1000, 64}}) {
+      SCOPED_TRACE(str("rms ", rows, " x ", cols));
+      Tensor x = randn({rows, cols}).to(dt), g = randn({rows, cols}).to(dt), w = randn({cols}).to(dt);
       auto cf = ops::rms_norm_forward(x, {cols}, w, 1e-6);
       auto gf = ops::rms_norm_forward(x.to(dev), {cols}, w.to(dev), 1e-6);
       EXPECT_TRUE(test::close_to_cpu(gf.y, cf.y, rtol));

@@ -502,7 +502,8 @@ TEST(SortScanCuda, SortTopkMatchCpuExactly) {
   Generator g(21);
   // Bitonic rows (up to 4096), the radix path beyond, a non-last dim, size-1 rows.
   const std::vector<std::pair<Shape, int64_t>> cases = {
-      {{7, 37}, 1}, {{3, 4096}, 1}, {{2, 5000}, 1}, {{64, 3}, 0}, {{5, 1}, 1}, {{2, 9, 33}, 1}};
+      {{7, 37}, 1}, {{3, 4096}, 1}, {{2, 5000}, 1}, {{64, 3}, 0}, {{5, 1}, 1}, {{2, 9, 33}, 1},
+      {{4100, 3}, 0}};
   for (DType dt : kSortDtypes)
     for (auto& [shape, d] : cases) {
       Tensor src = randint(-50, 50, shape, TensorOptions(DType::i64), &g).to(Device::cpu(), DType::f64);
@@ -522,6 +523,31 @@ TEST(SortScanCuda, SortTopkMatchCpuExactly) {
         }
       }
     }
+  // The extreme keys of each dtype, many times over: INT32_MAX's key equals the bitonic
+  // padding's ascending key and the smallest value's its descending key (only the index
+  // tie-break keeps the padding last), -0.0 ties with 0.0, +-inf, NaN, INT64 extremes. A
+  // non-power-of-two row (bitonic) and a long one (radix).
+  const double f16max = 65504.0;
+  for (DType dt : kSortDtypes) {
+    Tensor base;
+    if (is_floating(dt)) base = tensor<double>({kNaN, -0.0, 0.0, kInf, -kInf, 1.5, -1.5, f16max, -f16max, 0.0}).to(dt);
+    else if (dt == DType::i64) base = tensor<int64_t>({INT64_MAX, INT64_MIN, 0, -1, 1, INT64_MAX, INT64_MIN});
+    else if (dt == DType::i32) base = tensor<int64_t>({INT32_MAX, INT32_MIN, 0, -1, 1, INT32_MAX}).to(dt);
+    else if (dt == DType::u8) base = tensor<int64_t>({0, 255, 1, 254, 255, 0}).to(dt);
+    else base = tensor<int64_t>({0, 1, 1, 0}).to(dt);
+    for (int64_t n : {int64_t(37), int64_t(4500)}) {
+      const Tensor pick = randint(0, base.numel(), {3 * n}, TensorOptions(DType::i64), &g);
+      const Tensor x = base.index_select(0, pick).reshape({3, n}), xc = x.cuda();
+      for (bool desc : {false, true}) {
+        SCOPED_TRACE(str("extremes ", dt, " n ", n, desc ? " descending" : ""));
+        ValuesIndices c = sort(xc, 1, desc), h = sort(x, 1, desc);
+        EXPECT_TRUE(same(c.values.cpu(), h.values));
+        EXPECT_TRUE(same(c.indices.cpu(), h.indices));
+        ValuesIndices tc = topk(xc, 5, 1, desc), th = topk(x, 5, 1, desc);
+        EXPECT_TRUE(same(tc.indices.cpu(), th.indices));
+      }
+    }
+  }
 }
 
 TEST(SortScanCuda, ScansMatchCpu) {

@@ -24,7 +24,7 @@ ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool s
 enum class ScanOp : uint8_t { cumsum, cumprod };
 const char* op_name(ScanOp op);
 // Inclusive scan along dim. Integer and bool inputs give i64 (as torch.cumsum/cumprod); floating
-// inputs keep their dtype (the CPU accumulates f16/bf16/f32 in f64, CUDA in f32 and f64 for f64).
+// inputs keep their dtype (the CPU accumulates f16/bf16/f32 in f64; CUDA accumulates f16/bf16 in f32, f32/f64 in f64).
 Tensor scan(ScanOp op, const Tensor& x, int64_t dim);
 
 // x reversed along each of `dims` (a copy, as torch.flip). Repeated dims are an error.
