@@ -36,6 +36,7 @@ Tensor fused_backward(ops::BinaryOp op, const Tensor& grad, const Tensor& saved,
 // ---- arithmetic ----
 
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
+  EMBER_OP_SCOPE("add");
   Tensor bs = alpha.to_double() == 1.0 ? b : mul(b, scalar_like(alpha, b));
   return record("add", ops::binary(BinaryOp::add, a, bs), {a, bs},
                 [sa = a.sizes(), sb = bs.sizes()](const Tensor& g) -> TensorList {
@@ -47,6 +48,7 @@ Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
+  EMBER_OP_SCOPE("sub");
   Tensor bs = alpha.to_double() == 1.0 ? b : mul(b, scalar_like(alpha, b));
   return record("sub", ops::binary(BinaryOp::sub, a, bs), {a, bs},
                 [sa = a.sizes(), sb = bs.sizes()](const Tensor& g) -> TensorList {
@@ -56,6 +58,7 @@ Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  EMBER_OP_SCOPE("mul");
   return record("mul", ops::binary(BinaryOp::mul, a, b), {a, b},
                 // Shapes are captured apart from the saved tensors: a saved tensor is read
                 // (and version-checked) only when its values are needed, so `h.mul_(2)` on a
@@ -67,6 +70,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  EMBER_OP_SCOPE("div");
   return record("div", ops::binary(BinaryOp::div, a, b), {a, b},
                 [b = save(b), sa = a.sizes(), sb = b.sizes()](const Tensor& g, const Tensor& y) -> TensorList {
                   return {needs_input_grad(0) ? sum_to(div(g, b), sa) : Tensor(),
@@ -75,6 +79,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
+  EMBER_OP_SCOPE("pow");
   return record("pow", ops::binary(BinaryOp::pow, a, b), {a, b},
                 [a = save(a), b = save(b), sa = a.sizes(), sb = b.sizes()](const Tensor& g, const Tensor& y) -> TensorList {
                   Tensor ga, gb;
@@ -249,6 +254,7 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
 // ---- selection ----
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  EMBER_OP_SCOPE("where");
   return record("where", ops::where(cond, a, b), {a, b},
                 [cond, sa = a.sizes(), sb = b.sizes()](const Tensor& g) -> TensorList {
                   Tensor zero = scalar_like(0, g);
@@ -256,10 +262,17 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
                           needs_input_grad(1) ? sum_to(where(cond, zero, g), sb) : Tensor()};
                 });
 }
-Tensor where(const Tensor& cond, const Tensor& a, Scalar b) { return where(cond, a, scalar_like(b, a)); }
-Tensor where(const Tensor& cond, Scalar a, const Tensor& b) { return where(cond, scalar_like(a, b), b); }
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
+  EMBER_OP_SCOPE("where");
+  return where(cond, a, scalar_like(b, a));
+}
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
+  EMBER_OP_SCOPE("where");
+  return where(cond, scalar_like(a, b), b);
+}
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+  EMBER_OP_SCOPE("masked_fill");
   ember::detail::check_defined("masked_fill", x);
   // The value is converted to x's dtype first, so x's own elements never pass through another
   // dtype (an i64 tensor filled with 2.5 must not round its other elements through f32).

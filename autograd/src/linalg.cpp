@@ -127,6 +127,7 @@ Tensor gelu_tanh_derivative(const Tensor& x) {
 //   dfc_w            = dpre^T x,   dx = dpre @ fc_w
 Tensor gelu_mlp(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, const Tensor& proj_weight,
                 const Tensor& proj_bias) {
+  EMBER_OP_SCOPE("gelu_mlp");
   if (!fc_bias.defined() || !proj_bias.defined()) [[unlikely]]  // the epilogues need both biases
     return linear(gelu(linear(x, fc_weight, fc_bias), true), proj_weight, proj_bias);
   if (autocast::any_enabled()) [[unlikely]] {

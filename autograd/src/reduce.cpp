@@ -57,6 +57,7 @@ Tensor amax_amin(const char* name, ReduceOp op, const Tensor& x, const Shape& di
 
 // max/min(dim): the gradient goes to the reported index (a one-hot mask along dim).
 ValuesIndices max_min(const char* name, bool is_max, const Tensor& x, int64_t dim, bool keepdim) {
+  EMBER_OP_SCOPE(name);
   ValuesIndices r = ops::arg_reduce(is_max, x, dim, keepdim, /*want_values=*/true);
   r.values = record(name, r.values, {x},
                     [sizes = x.sizes(), dim, keepdim, idx = save(r.indices)](const Tensor& g) -> TensorList {
@@ -75,6 +76,7 @@ ValuesIndices max_min(const char* name, bool is_max, const Tensor& x, int64_t di
 }  // namespace
 
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+  EMBER_OP_SCOPE("sum");
   if (autocast::any_enabled()) [[unlikely]]
     if (auto c = autograd::autocast_inputs(autograd::AutocastOp::sum, x))
       return sum((*c)[0], dims, keepdim);
@@ -86,6 +88,7 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
+  EMBER_OP_SCOPE("mean");
   if (autocast::any_enabled()) [[unlikely]]
     if (auto c = autograd::autocast_inputs(autograd::AutocastOp::mean, x))
       return mean((*c)[0], dims, keepdim);

@@ -77,6 +77,7 @@ ValuesIndices sort(const Tensor& x, int64_t dim, bool descending, bool stable) {
 }
 
 Tensor argsort(const Tensor& x, int64_t dim, bool descending, bool stable) {
+  EMBER_OP_SCOPE("argsort");
   (void)stable;
   return ops::sort(x, dim, descending).indices;
 }
@@ -234,6 +235,7 @@ Tensor isclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool 
 }
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+  EMBER_OP_SCOPE("allclose");
   return all(isclose(a, b, rtol, atol, equal_nan)).item<int64_t>() != 0;
 }
 

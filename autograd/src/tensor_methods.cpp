@@ -15,6 +15,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_gra
 }
 
 void Tensor::register_hook(std::function<Tensor(const Tensor&)> fn) const {
+  EMBER_OP_SCOPE("register_hook");
   EMBER_CHECK(requires_grad(), AutogradError,
               "[register_hook] cannot register a hook on a tensor that does not require grad");
   if (grad_fn()) grad_fn()->pre_hooks.push_back(std::move(fn));
@@ -22,6 +23,7 @@ void Tensor::register_hook(std::function<Tensor(const Tensor&)> fn) const {
 }
 
 void Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> fn) const {
+  EMBER_OP_SCOPE("register_post_accumulate_grad_hook");
   EMBER_CHECK(is_leaf() && requires_grad(), AutogradError,
               "[register_post_accumulate_grad_hook] only leaf tensors that require grad "
               "accumulate gradients");
@@ -29,6 +31,7 @@ void Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&
 }
 
 void Tensor::retain_grad() const {
+  EMBER_OP_SCOPE("retain_grad");
   EMBER_CHECK(requires_grad(), AutogradError,
               "[retain_grad] cannot retain the gradient of a tensor that does not require grad");
   if (is_leaf()) return;  // leaves keep their gradient anyway
@@ -52,6 +55,7 @@ Tensor Tensor::reshape(const Shape& shape) const { return ember::reshape(*this, 
 Tensor Tensor::permute(const Shape& dims) const { return ember::permute(*this, dims); }
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const { return ember::transpose(*this, d0, d1); }
 Tensor Tensor::t() const {
+  EMBER_OP_SCOPE("t");
   EMBER_CHECK(dim() <= 2, ShapeError, "[t] expects a tensor with at most 2 dims, got ", sizes(),
               "; use transpose(dim0, dim1)");
   return dim() < 2 ? *this : ember::transpose(*this, 0, 1);
@@ -71,8 +75,12 @@ Tensor Tensor::flatten(int64_t s, int64_t e) const { return ember::flatten(*this
 Tensor Tensor::contiguous() const { return ember::contiguous(*this); }
 
 // ---- conversion and copies ----
-Tensor Tensor::to(DType dtype) const { return ember::to(*this, device(), dtype); }
+Tensor Tensor::to(DType dtype) const {
+  EMBER_OP_SCOPE("to");
+  return ember::to(*this, device(), dtype);
+}
 Tensor Tensor::to(Device device, bool non_blocking) const {
+  EMBER_OP_SCOPE("to");
   return ember::to(*this, device, dtype(), non_blocking);
 }
 Tensor Tensor::to(Device device, DType dtype, bool non_blocking) const {
@@ -81,6 +89,7 @@ Tensor Tensor::to(Device device, DType dtype, bool non_blocking) const {
 Tensor Tensor::clone() const { return ember::clone(*this); }
 
 Tensor& Tensor::copy_(const Tensor& src) {
+  EMBER_OP_SCOPE("copy_");
   return autograd::apply_inplace(
       "copy_", *this, src.requires_grad(),
       [&](const Tensor&) {  // d(copy_)/d(src): the gradient reshaped to src (summed over broadcast dims)
@@ -90,6 +99,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
       [&] { ops::copy_(*this, src); });
 }
 Tensor& Tensor::fill_(Scalar value) {
+  EMBER_OP_SCOPE("fill_");
   return autograd::apply_inplace(
       "fill_", *this, false,
       [&](const Tensor&) {
@@ -99,17 +109,26 @@ Tensor& Tensor::fill_(Scalar value) {
       },
       [&] { ops::fill_(*this, value); });
 }
-Tensor& Tensor::zero_() { return fill_(0); }
+Tensor& Tensor::zero_() {
+  EMBER_OP_SCOPE("zero_");
+  return fill_(0);
+}
 
 // ---- elementwise ----
 Tensor Tensor::add(const Tensor& o, Scalar alpha) const { return ember::add(*this, o, alpha); }
 Tensor Tensor::sub(const Tensor& o, Scalar alpha) const { return ember::sub(*this, o, alpha); }
 Tensor Tensor::mul(const Tensor& o) const { return ember::mul(*this, o); }
 Tensor Tensor::div(const Tensor& o) const { return ember::div(*this, o); }
-Tensor Tensor::add(Scalar o) const { return ember::add(*this, ops::wrap_scalar(o, *this)); }
-Tensor Tensor::sub(Scalar o) const { return ember::sub(*this, ops::wrap_scalar(o, *this)); }
-Tensor Tensor::mul(Scalar o) const { return ember::mul(*this, ops::wrap_scalar(o, *this)); }
-Tensor Tensor::div(Scalar o) const { return ember::div(*this, ops::wrap_scalar(o, *this)); }
+#define EMBER_SCALAR_METHOD(name)                       \
+  Tensor Tensor::name(Scalar o) const {                 \
+    EMBER_OP_SCOPE(#name);                              \
+    return ember::name(*this, ops::wrap_scalar(o, *this)); \
+  }
+EMBER_SCALAR_METHOD(add)
+EMBER_SCALAR_METHOD(sub)
+EMBER_SCALAR_METHOD(mul)
+EMBER_SCALAR_METHOD(div)
+#undef EMBER_SCALAR_METHOD
 Tensor Tensor::pow(const Tensor& e) const { return ember::pow(*this, e); }
 Tensor Tensor::pow(Scalar e) const { return ember::pow(*this, e); }
 Tensor Tensor::maximum(const Tensor& o) const { return ember::maximum(*this, o); }
@@ -117,6 +136,7 @@ Tensor Tensor::minimum(const Tensor& o) const { return ember::minimum(*this, o);
 
 #define EMBER_INPLACE_BINARY(method, op, OPERAND_EXPR, REQ)                                   \
   Tensor& Tensor::method {                                                                    \
+    EMBER_OP_SCOPE(#op "_");                                                                  \
     const Tensor operand = OPERAND_EXPR;                                                      \
     return autograd::apply_inplace(                                                           \
         #op "_", *this, REQ, [&](const Tensor& self) { return ember::op(self, operand); },                       \
@@ -173,7 +193,10 @@ Tensor& Tensor::clamp_(Scalar min, Scalar max) {
 
 #define EMBER_COMPARE_METHOD(name)                                                          \
   Tensor Tensor::name(const Tensor& o) const { return ember::name(*this, o); }              \
-  Tensor Tensor::name(Scalar o) const { return ember::name(*this, ops::wrap_scalar(o, *this)); }
+  Tensor Tensor::name(Scalar o) const {                                                     \
+    EMBER_OP_SCOPE(#name);                                                                  \
+    return ember::name(*this, ops::wrap_scalar(o, *this));                                  \
+  }
 EMBER_COMPARE_METHOD(eq)
 EMBER_COMPARE_METHOD(ne)
 EMBER_COMPARE_METHOD(lt)
@@ -186,21 +209,32 @@ Tensor Tensor::masked_fill(const Tensor& mask, Scalar value) const {
   return ember::masked_fill(*this, mask, value);
 }
 Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
+  EMBER_OP_SCOPE("masked_fill_");
   return autograd::apply_inplace(
       "masked_fill_", *this, false, [&](const Tensor& self) { return ember::masked_fill(self, mask, value); },
       [&] { ops::copy_(*this, ops::where(mask, ops::scalar_tensor(value, dtype(), device()), *this)); });
 }
 
-Tensor operator-(Scalar a, const Tensor& b) { return b.neg().add(a); }
+Tensor operator-(Scalar a, const Tensor& b) {
+  EMBER_OP_SCOPE("sub");
+  return b.neg().add(a);
+}
 Tensor operator/(Scalar a, const Tensor& b) {
+  EMBER_OP_SCOPE("div");
   return ember::mul(ember::reciprocal(b), ops::wrap_scalar(a, b));
 }
 
 // ---- reductions ----
 Tensor Tensor::sum(const Shape& dims, bool keepdim) const { return ember::sum(*this, dims, keepdim); }
 Tensor Tensor::mean(const Shape& dims, bool keepdim) const { return ember::mean(*this, dims, keepdim); }
-Tensor Tensor::max() const { return ember::amax(*this); }
-Tensor Tensor::min() const { return ember::amin(*this); }
+Tensor Tensor::max() const {
+  EMBER_OP_SCOPE("max");
+  return ember::amax(*this);
+}
+Tensor Tensor::min() const {
+  EMBER_OP_SCOPE("min");
+  return ember::amin(*this);
+}
 ValuesIndices Tensor::max(int64_t dim, bool keepdim) const { return ember::max(*this, dim, keepdim); }
 ValuesIndices Tensor::min(int64_t dim, bool keepdim) const { return ember::min(*this, dim, keepdim); }
 Tensor Tensor::argmax() const { return ember::argmax(*this); }

@@ -248,6 +248,7 @@ Tensor clone(const Tensor& x) {
 }
 
 Tensor sum_to(const Tensor& g, const Shape& shape) {
+  EMBER_OP_SCOPE("sum_to");
   if (g.sizes() == shape) return g;
   const int64_t lead = g.dim() - int64_t(shape.size());
   EMBER_CHECK(lead >= 0, ShapeError, "[sum_to] cannot reduce shape ", g.sizes(), " to ", shape);

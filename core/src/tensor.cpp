@@ -333,14 +333,22 @@ Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, i
   return Tensor(std::move(impl));
 }
 
+constinit thread_local const char* t_op_scope = nullptr;
+
 void throw_undefined_tensor(const char* method) {
-  throw ValueError(str("[", method, "] called on an undefined tensor (a default-constructed Tensor, "
-                       "or the grad() of a tensor that has none: before backward() or after "
-                       "zero_grad())"));
+  constexpr const char* why = "(a default-constructed Tensor, or the grad() of a tensor that has none: "
+                              "before backward() or after zero_grad())";
+  if (t_op_scope) throw ValueError(str("[", t_op_scope, "] an argument is an undefined tensor ", why,
+                                       "; its ", method, "() was read"));
+  throw ValueError(str("[", method, "] called on an undefined tensor ", why));
 }
 
 void check_defined(const char* op, const Tensor& t, const char* what) {
-  EMBER_CHECK(t.defined(), ValueError, "[", op, "] ", what, " is an undefined tensor");
+  if (t.defined()) [[likely]] return;
+  // Inside another public op (gelu_mlp reaching linear), the user's call is the one to name.
+  if (t_op_scope && std::strcmp(t_op_scope, op) != 0)
+    throw ValueError(str("[", t_op_scope, "] ", what, " of ", op, " is an undefined tensor"));
+  throw ValueError(str("[", op, "] ", what, " is an undefined tensor"));
 }
 
 void check_same_device(const char* op, const Tensor& a, const Tensor& b) {

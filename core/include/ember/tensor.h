@@ -40,8 +40,32 @@ struct ValuesIndices;
 using TensorList = std::vector<Tensor>;
 
 namespace detail {
-// Throws ValueError "[method] called on an undefined tensor ..." (Note [undefined tensors]).
+// Throws ValueError "[method] called on an undefined tensor ...", or "[op] ..." naming the op the
+// user called when an OpScope is open (Note [undefined tensors]).
 [[noreturn]] void throw_undefined_tensor(const char* method);
+
+// Note [op scope]: ember has no dispatcher, and an op often reads its arguments (sizes() in a
+// VJP capture, dtype() for a scalar operand) before any check of its own, so the accessor that
+// meets an undefined tensor does not know which op the user called. The public op says so on
+// entry with EMBER_OP_SCOPE("name"); the outermost scope on the thread wins (it is the call the
+// user wrote; ops called inside it leave it alone). It is a pointer store and a branch, no
+// allocation, and it is read only when an error is raised.
+extern constinit thread_local const char* t_op_scope;
+class OpScope {
+ public:
+  explicit OpScope(const char* op) noexcept : owner_(t_op_scope == nullptr) {
+    if (owner_) t_op_scope = op;
+  }
+  ~OpScope() {
+    if (owner_) t_op_scope = nullptr;
+  }
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+
+ private:
+  bool owner_;
+};
+#define EMBER_OP_SCOPE(name) const ::ember::detail::OpScope ember_op_scope_(name)
 }  // namespace detail
 
 // Options for factories; converts from a DType or a Device so `zeros({2}, DType::f64)` and
@@ -145,7 +169,10 @@ class Tensor {
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
   Tensor select(int64_t dim, int64_t index) const;
   Tensor expand(const Shape& shape) const;  // -1 keeps a size
-  Tensor expand_as(const Tensor& other) const { return expand(other.sizes()); }
+  Tensor expand_as(const Tensor& other) const {
+    EMBER_OP_SCOPE("expand_as");
+    return expand(other.sizes());
+  }
   Tensor squeeze() const;
   Tensor squeeze(int64_t dim) const;
   Tensor unsqueeze(int64_t dim) const;
@@ -350,8 +377,9 @@ class Tensor {
  private:
   // Note [undefined tensors]: every accessor that reads the impl (sizes, dtype, device, grad,
   // ...) goes through here, so an undefined tensor (Tensor(), or a grad() that does not exist)
-  // reaching any op or method throws ValueError instead of crashing: "[<accessor>] called on
-  // an undefined tensor", unless the op's own check_defined ran first and named the op. Only
+  // reaching any op or method throws ValueError instead of crashing. The message names the
+  // op the user called when one is open on the thread (Note [op scope]) or the op's own
+  // check_defined ran first, else the accessor ("[sizes] called on an undefined tensor"). Only
   // defined(), impl(), impl_ptr(), is_same() and str() accept an undefined tensor.
   TensorImpl& checked_impl(const char* method) const;
 
