@@ -4,7 +4,11 @@
 #   bash bench/run_all.sh [--gpu] [--bin build/bin] [--out bench-results.json] [--python PY]
 #
 # Default (CPU) mode: every bench_* binary in --bin with its default arguments (the peers under
-# --python; bench_mnist twice: the mlp and --model cnn), then bench/compile_time.sh. --gpu: the GPU rows only —
+# --python: bench_mnist twice, the mlp and --model cnn; bench_resnet, examples/resnet.cpp's
+# training step; bench_rnn, bench_attention, bench_transformer, bench_norm, bench_pool,
+# bench_sort, bench_indexing, bench_gpt, bench_matmul), then bench/compile_time.sh. The CPU peer
+# is only fair on an optimized BLAS: every result says its "peer_blas" (see the README).
+# --gpu: the GPU rows only —
 #   bench_gpt --preset gpt2-small --device cuda --amp bf16 -B 16 -T 1024   (eager torch peer)
 #   the same with --compile                                                (torch.compile peer)
 #   bench_attention --device cuda (bf16 against torch's flash SDPA),
@@ -30,7 +34,7 @@ while [[ $# -gt 0 ]]; do
     --bin) bin="$2"; shift ;;
     --out) out="$2"; shift ;;
     --python) python="$2"; shift ;;
-    -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "run_all: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -86,7 +90,8 @@ else
     [[ -x "$b" && -f "$b" ]] || continue
     case "$(basename "$b")" in
       bench_mnist) run "$b" --python "$python"; run "$b" --model cnn --python "$python" ;;
-      bench_gpt | bench_matmul | bench_attention) run "$b" --python "$python" ;;
+      bench_gpt | bench_matmul | bench_attention | bench_resnet | bench_rnn | bench_norm | bench_pool | \
+        bench_transformer | bench_sort | bench_indexing) run "$b" --python "$python" ;;
       *) run "$b" ;;
     esac
   done

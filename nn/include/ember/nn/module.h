@@ -32,7 +32,8 @@
 // with other arguments, forward(x, mask), hides these two and is called as net.forward(x,
 // mask) or through an operator() of the class's own; `using nn::Module::forward;` in the
 // class silences clang's -Woverloaded-virtual about the hiding. A one-argument forward must
-// return Tensor (another return type would not override).
+// return Tensor: `std::pair<Tensor, Tensor> forward(const Tensor&)` does not compile ("conflicting
+// return type" against the virtual); give such a forward another name or a second parameter.
 #pragma once
 
 #include <cstddef>

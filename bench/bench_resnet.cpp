@@ -1,0 +1,158 @@
+// bench_resnet: one training step of examples/resnet.cpp's ResNet (the same model, from
+// examples/common/resnet_model.h) against its PyTorch twin (bench/peers/resnet_peer.py) in
+// the same run, same thread count, f32: forward, cross-entropy, backward, SGD (momentum 0.9,
+// Nesterov, weight decay 5e-4) and the OneCycleLR step, at batch 128 of 1x28x28 images. Both
+// sides train on a few random batches held in memory, so the input pipeline is not measured.
+//
+//   build/bin/bench_resnet [--steps 20] [--warmup 3] [--batch-size 128] [--threads N]
+//                          [--python PY] [--no-peer] [--profile N]
+//
+// Prints ember's images/s with its per-phase medians (forward, backward, optimizer), each
+// peer run, and with --profile N the profiler table (ops by self CPU time) of N more ember
+// steps; then one `result: {json}` line with both rates and ratio = ember / peer (> 1: ember
+// faster). The peer runs twice, as is and with OPENBLAS_NUM_THREADS=1 (OpenBLAS's own threads
+// on top of torch's OpenMP ones oversubscribe a small machine), and the faster run is the
+// reference; "peer_blas" says which BLAS it ran on (bench/peers/peer_blas.py): "reference"
+// means Debian's torch found the netlib BLAS and the ratio is not against a fair peer.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <ember/ember.h>
+#include <ember/profiler.h>
+
+#include "../examples/common/resnet_model.h"
+
+using namespace ember;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* env_python = std::getenv("EMBER_PYTHON");
+  std::string python = env_python && *env_python ? env_python : "/usr/bin/python3";
+  int64_t steps = 20, warmup = 3, batch = 128;
+  int threads = omp_get_max_threads();
+  int profile_steps = 0;
+  bool no_peer = false;
+  CLI::App app{"ResNet (examples/resnet.cpp) training-step throughput: ember vs PyTorch on the CPU"};
+  app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber);
+  app.add_option("--batch-size", batch)->check(CLI::PositiveNumber);
+  app.add_option("--threads", threads, "CPU threads for both sides")->check(CLI::PositiveNumber);
+  app.add_option("--python", python, "the Python whose torch is the peer");
+  app.add_flag("--no-peer", no_peer);
+  app.add_option("--profile", profile_steps, "after timing, profile this many ember steps and print the table")
+      ->check(CLI::NonNegativeNumber);
+  CLI11_PARSE(app, argc, argv);
+  omp_set_num_threads(threads);
+
+  manual_seed(0);
+  examples::ResNet model;
+  const double lr = 0.1;
+  optim::SGD opt(model.parameters(), {.lr = lr, .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
+  // One "epoch" long enough for every step taken here (the schedule's arithmetic is the cost).
+  optim::OneCycleLR sched(opt, lr, {.epochs = 1, .steps_per_epoch = warmup + steps + profile_steps + 1});
+  constexpr int kBatches = 4;  // a few distinct batches, cycled
+  std::vector<Tensor> xs, ys;
+  for (int i = 0; i < kBatches; ++i) {
+    xs.push_back(randn({batch, 1, 28, 28}));
+    ys.push_back(randint(0, 10, {batch}, TensorOptions(DType::i64)));
+  }
+
+  std::vector<double> fwd_ms, bwd_ms, opt_ms;
+  auto step = [&](int64_t i, bool timed) {
+    const auto t0 = Clock::now();
+    Tensor loss = cross_entropy(model.forward(xs[size_t(i % kBatches)]), ys[size_t(i % kBatches)]);
+    const auto t1 = Clock::now();
+    opt.zero_grad();
+    loss.backward();
+    const auto t2 = Clock::now();
+    opt.step();
+    sched.step();
+    if (timed) {
+      fwd_ms.push_back(ms_between(t0, t1));
+      bwd_ms.push_back(ms_between(t1, t2));
+      opt_ms.push_back(ms_between(t2, Clock::now()));
+    }
+    return loss;
+  };
+  for (int64_t i = 0; i < warmup; ++i) step(i, false);
+  const auto t0 = Clock::now();
+  Tensor loss;
+  for (int64_t i = 0; i < steps; ++i) loss = step(warmup + i, true);
+  const double seconds = ms_between(t0, Clock::now()) / 1e3;
+  const double ember_rate = double(steps * batch) / seconds;
+  std::printf("ember  resnet cpu f32 batch %lld, %d threads: %.1f images/s (%.2f ms/step; medians: forward %.2f, "
+              "backward %.2f, optimizer %.2f), loss %.4f\n",
+              (long long)batch, threads, ember_rate, 1e3 * seconds / double(steps), median(fwd_ms), median(bwd_ms),
+              median(opt_ms), loss.item<double>());
+  if (profile_steps > 0) {
+    profiler::Profiler prof;
+    prof.start();
+    for (int64_t i = 0; i < profile_steps; ++i) step(warmup + steps + i, false);
+    prof.stop();
+    std::printf("ember profile of %d steps:\n%s", profile_steps,
+                prof.key_averages().table("self_cpu_time_total", 25).c_str());
+  }
+  std::fflush(stdout);
+
+  double peer_rate = 0;
+  std::string peer_version = "none", peer_env, peer_blas = "unknown";
+  if (!no_peer) {
+    const std::string script = std::string(EMBER_SOURCE_DIR) + "/bench/peers/resnet_peer.py";
+    for (const std::string env : {"", "OPENBLAS_NUM_THREADS=1 "}) {
+      const std::string cmd = env + python + " " + script + " --steps " + std::to_string(steps) + " --warmup " +
+                              std::to_string(warmup) + " --batch-size " + std::to_string(batch) + " --threads " +
+                              std::to_string(threads) + " 2>&1";
+      FILE* p = popen(cmd.c_str(), "r");
+      if (!p) continue;
+      char line[512], version[128], blas[64];
+      double rate = 0, secs = 0, f = 0, b = 0, o = 0;
+      int peer_threads = 0;
+      while (std::fgets(line, sizeof line, p)) {
+        if (std::sscanf(line, "peer: %lf %lf %127s %d %lf %lf %lf", &rate, &secs, version, &peer_threads, &f, &b,
+                        &o) == 7) {
+          std::printf("torch  %s %s: %.1f images/s (%.2f ms/step; medians: forward %.2f, backward %.2f, "
+                      "optimizer %.2f)\n",
+                      version, env.empty() ? "(default env)" : env.c_str(), rate, 1e3 * secs / double(steps), f, b,
+                      o);
+          if (rate > peer_rate) peer_rate = rate, peer_version = version, peer_env = env;
+        } else if (std::sscanf(line, "peer_blas: %63s", blas) == 1) {
+          peer_blas = blas;
+          std::fputs(line, stdout);
+        } else {
+          std::fputs(line, stdout);
+        }
+      }
+      pclose(p);
+    }
+    if (peer_rate <= 0) std::printf("torch  peer did not run (is torch importable by %s?)\n", python.c_str());
+  }
+  if (!peer_env.empty()) peer_env = " " + peer_env.substr(0, peer_env.size() - 1);
+  std::printf("result: {\"bench\": \"resnet_train\", \"device\": \"cpu\", \"dtype\": \"f32\", \"batch\": %lld, "
+              "\"threads\": %d, \"ember_images_per_s\": %.1f, \"peer_images_per_s\": %.1f, \"ratio\": %.3f, "
+              "\"ember_fwd_ms\": %.3f, \"ember_bwd_ms\": %.3f, \"ember_opt_ms\": %.3f, \"peer\": \"torch %s%s\", "
+              "\"peer_blas\": \"%s\"}\n",
+              (long long)batch, threads, ember_rate, peer_rate, peer_rate > 0 ? ember_rate / peer_rate : 0.0,
+              median(fwd_ms), median(bwd_ms), median(opt_ms), peer_version.c_str(), peer_env.c_str(),
+              peer_blas.c_str());
+  return 0;
+}
