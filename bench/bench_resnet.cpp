@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -28,6 +27,7 @@
 #include <ember/profiler.h>
 
 #include "../examples/common/resnet_model.h"
+#include "bench_harness.h"
 
 using namespace ember;
 
@@ -46,23 +46,19 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* env_python = std::getenv("EMBER_PYTHON");
-  std::string python = env_python && *env_python ? env_python : "/usr/bin/python3";
+  bench::PeerArgs a;
   int64_t steps = 20, warmup = 3, batch = 128;
-  int threads = omp_get_max_threads();
   int profile_steps = 0;
-  bool no_peer = false;
   CLI::App app{"ResNet (examples/resnet.cpp) training-step throughput: ember vs PyTorch on the CPU"};
   app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber);
   app.add_option("--batch-size", batch)->check(CLI::PositiveNumber);
-  app.add_option("--threads", threads, "CPU threads for both sides")->check(CLI::PositiveNumber);
-  app.add_option("--python", python, "the Python whose torch is the peer");
-  app.add_flag("--no-peer", no_peer);
+  bench::add_peer_options(app, a);
   app.add_option("--profile", profile_steps, "after timing, profile this many ember steps and print the table")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
-  omp_set_num_threads(threads);
+  omp_set_num_threads(a.threads);
+  const int threads = a.threads;
 
   manual_seed(0);
   examples::ResNet model;
@@ -116,18 +112,14 @@ int main(int argc, char** argv) {
 
   double peer_rate = 0;
   std::string peer_version = "none", peer_env, peer_blas = "unknown";
-  if (!no_peer) {
-    const std::string script = std::string(EMBER_SOURCE_DIR) + "/bench/peers/resnet_peer.py";
+  if (!a.no_peer) {
+    const std::string args = " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup) +
+                             " --batch-size " + std::to_string(batch) + " --threads " + std::to_string(threads);
     for (const std::string env : {"", "OPENBLAS_NUM_THREADS=1 "}) {
-      const std::string cmd = env + python + " " + script + " --steps " + std::to_string(steps) + " --warmup " +
-                              std::to_string(warmup) + " --batch-size " + std::to_string(batch) + " --threads " +
-                              std::to_string(threads) + " 2>&1";
-      FILE* p = popen(cmd.c_str(), "r");
-      if (!p) continue;
-      char line[512], version[128], blas[64];
-      double rate = 0, secs = 0, f = 0, b = 0, o = 0;
-      int peer_threads = 0;
-      while (std::fgets(line, sizeof line, p)) {
+      bench::run_peer(a.python, "resnet_peer.py", args, [&](const char* line) {
+        char version[128], blas[64];
+        double rate = 0, secs = 0, f = 0, b = 0, o = 0;
+        int peer_threads = 0;
         if (std::sscanf(line, "peer: %lf %lf %127s %d %lf %lf %lf", &rate, &secs, version, &peer_threads, &f, &b,
                         &o) == 7) {
           std::printf("torch  %s %s: %.1f images/s (%.2f ms/step; medians: forward %.2f, backward %.2f, "
@@ -135,16 +127,13 @@ int main(int argc, char** argv) {
                       version, env.empty() ? "(default env)" : env.c_str(), rate, 1e3 * secs / double(steps), f, b,
                       o);
           if (rate > peer_rate) peer_rate = rate, peer_version = version, peer_env = env;
-        } else if (std::sscanf(line, "peer_blas: %63s", blas) == 1) {
-          peer_blas = blas;
-          std::fputs(line, stdout);
-        } else {
-          std::fputs(line, stdout);
+          return true;
         }
-      }
-      pclose(p);
+        if (std::sscanf(line, "peer_blas: %63s", blas) == 1) peer_blas = blas;  // and echoed
+        return false;
+      }, env);
     }
-    if (peer_rate <= 0) std::printf("torch  peer did not run (is torch importable by %s?)\n", python.c_str());
+    if (peer_rate <= 0) std::printf("torch  peer did not run (is torch importable by %s?)\n", a.python.c_str());
   }
   if (!peer_env.empty()) peer_env = " " + peer_env.substr(0, peer_env.size() - 1);
   std::printf("result: {\"bench\": \"resnet_train\", \"device\": \"cpu\", \"dtype\": \"f32\", \"batch\": %lld, "

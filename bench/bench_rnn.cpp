@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -24,6 +23,8 @@
 
 #include <CLI/CLI.hpp>
 #include <ember/ember.h>
+
+#include "bench_harness.h"
 
 using namespace ember;
 
@@ -57,8 +58,7 @@ struct CharLstm : nn::Module {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* env_python = std::getenv("EMBER_PYTHON");
-  std::string python = env_python && *env_python ? env_python : "/usr/bin/python3";
+  std::string python = bench::default_python();
   int threads = 0;
   bool no_peer = false, profile = false;
   CLI::App app{"bench_rnn: LSTM forward/backward and a char-LSTM training step vs PyTorch (CPU)"};
@@ -116,23 +116,16 @@ int main(int argc, char** argv) {
 
   std::string peer_version = "none";
   if (!no_peer) {
-    const std::string cmd = python + " " + EMBER_SOURCE_DIR + "/bench/peers/rnn_peer.py --steps " +
-                            std::to_string(g_steps) + " --warmup " + std::to_string(g_warmup) +
-                            " --threads " + std::to_string(threads) + " 2>&1";
-    if (FILE* p = popen(cmd.c_str(), "r")) {
-      char line[512];
-      while (std::fgets(line, sizeof line, p)) {
-        char name[128], version[64];
-        double ms;
-        if (std::sscanf(line, "peer: %127s %lf %63s", name, &ms, version) == 3) {
-          peer_ms[name] = ms;
-          peer_version = version;
-        } else {
-          std::fputs(line, stderr);
-        }
-      }
-      pclose(p);
-    }
+    const std::string args = " --steps " + std::to_string(g_steps) + " --warmup " + std::to_string(g_warmup) +
+                             " --threads " + std::to_string(threads);
+    bench::run_peer(python, "rnn_peer.py", args, [&](const char* line) {
+      char name[128], version[64];
+      double ms;
+      if (std::sscanf(line, "peer: %127s %lf %63s", name, &ms, version) != 3) return false;
+      peer_ms[name] = ms;
+      peer_version = version;
+      return true;
+    }, "", stderr);
   }
 
   std::string cases, ratios;

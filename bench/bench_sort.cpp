@@ -10,12 +10,8 @@
 // back-to-back calls, the median of --steps batches (bench/gpu_timing.h); the peer does the same.
 // Ends with one `result: {json}` line whose "ratios" are {"<case>": ember speed / peer speed}
 // (> 1: ember faster).
-#include <omp.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -23,31 +19,11 @@
 #include <CLI/CLI.hpp>
 #include <ember/ember.h>
 
-#include "gpu_timing.h"
+#include "bench_harness.h"
 
 using namespace ember;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double time_calls(const std::function<void()>& f, Device dev, int steps, int warmup) {
-  if (dev.is_cuda()) return bench::time_gpu(f, steps, warmup);
-  for (int i = 0; i < warmup; ++i) f();
-  std::vector<double> t;
-  for (int i = 0; i < steps; ++i) {
-    const auto t0 = Clock::now();
-    f();
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return median(t);
-}
 
 struct Case {
   std::string name;  // as the peer names it
@@ -58,21 +34,12 @@ struct Case {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string device_name = "cpu";
-  const char* env_python = std::getenv("EMBER_PYTHON");
-  std::string python = env_python && *env_python ? env_python : "/usr/bin/python3";
-  int steps = 10, warmup = 2, threads = omp_get_max_threads();
-  bool no_peer = false;
+  bench::PeerArgs a;
   CLI::App app{"topk / sort / cumsum: ember vs PyTorch"};
-  app.add_option("--device", device_name)->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--steps", steps)->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber);
-  app.add_option("--threads", threads, "CPU threads for both sides")->check(CLI::PositiveNumber);
-  app.add_option("--python", python, "the Python whose torch is the peer");
-  app.add_flag("--no-peer", no_peer);
-  CLI11_PARSE(app, argc, argv);
-  omp_set_num_threads(threads);
-  const Device dev = device_name == "cuda" ? Device::cuda(0) : Device::cpu();
+  if (const int rc = bench::parse_peer_bench_args(app, a, argc, argv); rc >= 0) return rc;
+  const Device dev = a.device();
+  const int steps = a.steps, warmup = a.warmup, threads = a.threads;
+  const std::string& device_name = a.device_name;
 
   const std::vector<Case> cases = {
       {"topk50_64x50304", {64, 50304}, [](const Tensor& x) { (void)topk(x, 50); }},
@@ -86,37 +53,29 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < cases.size(); ++i) {
     const Tensor x = randn(cases[i].x, TensorOptions(DType::f32).device(dev));
     NoGradGuard ng;
-    e[i] = time_calls([&] { cases[i].op(x); }, dev, steps, warmup);
+    e[i] = bench::time_calls([&] { cases[i].op(x); }, dev, steps, warmup);
     std::printf("ember  %-20s %9.3f ms\n", cases[i].name.c_str(), 1e3 * e[i]);
     std::fflush(stdout);
   }
 
   std::string peer_version = "none";
-  if (!no_peer) {
-    const std::string cmd = python + " " + std::string(EMBER_SOURCE_DIR) + "/bench/peers/sort_peer.py --device " +
-                            device_name + " --steps " + std::to_string(steps) + " --warmup " +
-                            std::to_string(warmup) + " --threads " + std::to_string(threads) + " 2>&1";
-    if (FILE* pp = popen(cmd.c_str(), "r")) {
-      char line[1024], name[128], version[128];
+  if (!a.no_peer) {
+    bench::run_peer(a.python, "sort_peer.py", bench::peer_common_args(a), [&](const char* line) {
+      char name[128], version[128];
       double ms = 0;
-      while (std::fgets(line, sizeof line, pp)) {
-        if (std::sscanf(line, "peer: %127s %lf %127s", name, &ms, version) == 3) {
-          for (size_t i = 0; i < cases.size(); ++i)
-            if (cases[i].name == name) p[i] = ms * 1e-3;
-          peer_version = version;
-          std::printf("torch  %-20s %9.3f ms\n", name, ms);
-        } else {
-          std::fputs(line, stdout);
-        }
-      }
-      pclose(pp);
-    }
-    if (peer_version == "none") std::printf("torch  peer did not run (is torch importable by %s?)\n", python.c_str());
+      if (std::sscanf(line, "peer: %127s %lf %127s", name, &ms, version) != 3) return false;
+      for (size_t i = 0; i < cases.size(); ++i)
+        if (cases[i].name == name) p[i] = ms * 1e-3;
+      peer_version = version;
+      std::printf("torch  %-20s %9.3f ms\n", name, ms);
+      return true;
+    });
+    bench::say_peer_missing(peer_version, a.python);
   }
 
   std::string ratios, cases_json;
   for (size_t i = 0; i < cases.size(); ++i) {
-    const double r = p[i] > 0 && e[i] > 0 ? p[i] / e[i] : 0.0;
+    const double r = bench::speed_ratio(p[i], e[i]);
     std::printf("ratio  %-20s %.3f (ember/peer speed)\n", cases[i].name.c_str(), r);
     ratios += str(i ? ", " : "", "\"", cases[i].name, "\": ", r);
     cases_json += str(i ? ", " : "", "{\"case\": \"", cases[i].name, "\", \"ember_ms\": ", 1e3 * e[i],

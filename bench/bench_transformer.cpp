@@ -18,10 +18,7 @@
 // peer speed (> 1: ember faster).
 #include <omp.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -29,44 +26,18 @@
 #include <CLI/CLI.hpp>
 #include <ember/ember.h>
 
-#include "gpu_timing.h"
+#include "bench_harness.h"
 
 using namespace ember;
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double time_calls(const std::function<void()>& f, Device dev, int steps, int warmup) {
-  if (dev.is_cuda()) return bench::time_gpu(f, steps, warmup);
-  for (int i = 0; i < warmup; ++i) f();
-  std::vector<double> t;
-  for (int i = 0; i < steps; ++i) {
-    const auto t0 = Clock::now();
-    f();
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return median(t);
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  std::string device_name = "cpu";
-  const char* env_python = std::getenv("EMBER_PYTHON");
-  std::string python = env_python && *env_python ? env_python : "/usr/bin/python3";
+  bench::PeerArgs a;
+  a.steps = 20, a.warmup = 3;
   int64_t B = 32, T = 64, d_model = 256, heads = 8, ff = 2048;
   double dropout = 0.1;
-  int steps = 20, warmup = 3, threads = omp_get_max_threads();
-  bool no_peer = false, no_padding = false;
+  bool no_padding = false;
   CLI::App app{"TransformerEncoderLayer forward/backward: ember vs PyTorch"};
-  app.add_option("--device", device_name)->check(CLI::IsMember({"cpu", "cuda"}));
+  bench::add_device_option(app, a);
   app.add_option("--batch", B)->check(CLI::PositiveNumber);
   app.add_option("--seq", T)->check(CLI::PositiveNumber);
   app.add_option("--d-model", d_model)->check(CLI::PositiveNumber);
@@ -74,18 +45,17 @@ int main(int argc, char** argv) {
   app.add_option("--ff", ff)->check(CLI::PositiveNumber);
   app.add_option("--dropout", dropout)->check(CLI::Range(0.0, 0.99));
   app.add_flag("--no-padding", no_padding, "no src_key_padding_mask");
-  app.add_option("--steps", steps)->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber);
-  app.add_option("--threads", threads, "CPU threads for both sides")->check(CLI::PositiveNumber);
-  app.add_option("--python", python, "the Python whose torch is the peer");
-  app.add_flag("--no-peer", no_peer);
+  bench::add_timing_options(app, a);
+  bench::add_peer_options(app, a);
   CLI11_PARSE(app, argc, argv);
   if (d_model % heads != 0) {
     std::fprintf(stderr, "bench_transformer: --heads must divide --d-model\n");
     return 2;
   }
-  omp_set_num_threads(threads);
-  const Device dev = device_name == "cuda" ? Device::cuda(0) : Device::cpu();
+  omp_set_num_threads(a.threads);
+  const Device dev = a.device();
+  const int steps = a.steps, warmup = a.warmup, threads = a.threads;
+  const std::string& device_name = a.device_name;
 
   manual_seed(0);
   nn::TransformerEncoderLayer layer(d_model, heads,
@@ -100,13 +70,13 @@ int main(int argc, char** argv) {
       for (int64_t t = 0; t < T; ++t) pad[size_t(b * T + t)] = t >= T - (b % 4) * T / 8;
     padding = tensor<double>(pad, {B, T}).gt(0.5).to(dev);
   }
-  const double fwd = time_calls(
+  const double fwd = bench::time_calls(
       [&] {
         NoGradGuard no_grad;
         (void)layer(x, Tensor(), padding);
       },
       dev, steps, warmup);
-  const double fwd_bwd = time_calls(
+  const double fwd_bwd = bench::time_calls(
       [&] {
         layer(x, Tensor(), padding).backward(dy);
         layer.zero_grad();
@@ -120,41 +90,36 @@ int main(int argc, char** argv) {
 
   double peer_fwd = 0, peer_fb = 0;
   std::string peer_version = "none", peer_blas = "unknown", env_fwd, env_fb;
-  if (!no_peer) {
-    const std::string script = std::string(EMBER_SOURCE_DIR) + "/bench/peers/torch_transformer.py";
+  if (!a.no_peer) {
     std::vector<std::string> envs = {""};
     if (!dev.is_cuda()) envs.push_back("OPENBLAS_NUM_THREADS=1 ");
+    const std::string args = " --batch " + std::to_string(B) + " --seq " + std::to_string(T) + " --d-model " +
+                             std::to_string(d_model) + " --heads " + std::to_string(heads) + " --ff " +
+                             std::to_string(ff) + " --dropout " + std::to_string(dropout) +
+                             (no_padding ? " --no-padding" : "") + bench::peer_common_args(a);
     for (const std::string& env : envs) {
-      const std::string cmd =
-          env + python + " " + script + " --device " + device_name + " --batch " + std::to_string(B) +
-          " --seq " + std::to_string(T) + " --d-model " + std::to_string(d_model) + " --heads " +
-          std::to_string(heads) + " --ff " + std::to_string(ff) + " --dropout " + std::to_string(dropout) +
-          (no_padding ? " --no-padding" : "") + " --steps " + std::to_string(steps) + " --warmup " +
-          std::to_string(warmup) + " --threads " + std::to_string(threads) + " 2>&1";
-      FILE* p = popen(cmd.c_str(), "r");
-      if (!p) continue;
       const std::string env_name = env.empty() ? "" : env.substr(0, env.size() - 1);
-      char line[1024], version[128], blas[64];
-      double f_ms = 0, fb_ms = 0;
-      while (std::fgets(line, sizeof line, p)) {
+      bench::run_peer(a.python, "torch_transformer.py", args, [&](const char* line) {
+        char version[128], blas[64];
+        double f_ms = 0, fb_ms = 0;
         if (std::sscanf(line, "peer: %lf %lf %127s", &f_ms, &fb_ms, version) == 3) {
           if (peer_fwd == 0 || f_ms * 1e-3 < peer_fwd) peer_fwd = f_ms * 1e-3, env_fwd = env_name;
           if (peer_fb == 0 || fb_ms * 1e-3 < peer_fb) peer_fb = fb_ms * 1e-3, env_fb = env_name;
           peer_version = version;
           std::printf("torch  %s%s%s: forward %.3f ms, fwd+bwd %.3f ms\n", version, env_name.empty() ? "" : " ",
                       env_name.c_str(), f_ms, fb_ms);
-        } else if (std::sscanf(line, "peer_blas: %63s", blas) == 1) {
-          peer_blas = blas;
-        } else {
-          std::fputs(line, stdout);
+          return true;
         }
-      }
-      pclose(p);
+        if (std::sscanf(line, "peer_blas: %63s", blas) == 1) {
+          peer_blas = blas;
+          return true;
+        }
+        return false;
+      }, env);
     }
-    if (peer_version == "none") std::printf("torch  peer did not run (is torch importable by %s?)\n", python.c_str());
+    bench::say_peer_missing(peer_version, a.python);
   }
-  auto ratio = [](double peer_s, double ember_s) { return peer_s > 0 && ember_s > 0 ? peer_s / ember_s : 0.0; };
-  const double r_fwd = ratio(peer_fwd, fwd), r_fb = ratio(peer_fb, fwd_bwd);
+  const double r_fwd = bench::speed_ratio(peer_fwd, fwd), r_fb = bench::speed_ratio(peer_fb, fwd_bwd);
   std::printf("ratio  forward %.3f, fwd+bwd %.3f (ember/peer speed)\n", r_fwd, r_fb);
   std::printf("result: {\"bench\": \"transformer\", \"device\": \"%s\", \"threads\": %d, \"B\": %lld, \"T\": %lld, "
               "\"d_model\": %lld, \"heads\": %lld, \"ff\": %lld, \"dropout\": %g, \"key_padding\": %s, "

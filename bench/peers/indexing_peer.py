@@ -11,14 +11,9 @@ median of --steps batches).
 
 One line per case:  peer: <case> <forward ms> <forward+backward ms> <torch version>
 """
-import argparse
-import os
-import sys
-
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pool_peer import time_calls  # noqa: E402  (the same timing as every peer here)
+import peer_harness  # bench/peers/peer_harness.py: arguments, timing, the fwd/fwd+bwd loop
 
 
 def spread(count, n, device):
@@ -26,15 +21,7 @@ def spread(count, n, device):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=0)
-    a = ap.parse_args()
-    if a.threads > 0:
-        torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
+    a = peer_harness.parse_args()
     d = a.device
     rows = spread(65536 // 4, 65536, d)
     cols = spread(512, 1024, d)
@@ -45,24 +32,7 @@ def main():
              ("cols_1024x1024", (1024, 1024), lambda x: x[:, cols]),
              ("mask_1024x1024", (1024, 1024), lambda x: x[mask]),
              ("einsum_bmm_32", (32, 128, 64), lambda x: torch.einsum("bij,bjk->bik", x, w))]
-    for name, shape, op in cases:
-        x = torch.randn(shape, device=d)
-        with torch.no_grad():
-            dy = torch.randn(op(x).shape, device=d)
-
-        def fwd():
-            with torch.no_grad():
-                op(x)
-
-        xg = x.clone().requires_grad_(True)
-
-        def fwd_bwd():
-            op(xg).backward(dy)
-            xg.grad = None
-
-        f = time_calls(fwd, d, a.steps, a.warmup)
-        fb = time_calls(fwd_bwd, d, a.steps, a.warmup)
-        print("peer: %s %.4f %.4f %s" % (name, f, fb, torch.__version__), flush=True)
+    peer_harness.run_fwd_bwd_cases(cases, a)
 
 
 if __name__ == "__main__":

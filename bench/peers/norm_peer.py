@@ -6,43 +6,18 @@ Prints one line per case:  peer: <name> <forward ms> <fwd+bwd ms> <torch version
 RMSNorm: torch 1.13 has no rms_norm; F.rms_norm when present, else the composite
 x * rsqrt(mean(x^2) + eps) * w (torch 2.4's CPU implementation is that composite too).
 """
-import argparse
-import statistics
-import time
-
 import torch
 import torch.nn.functional as F
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--device", default="cpu")
-ap.add_argument("--steps", type=int, default=20)
-ap.add_argument("--warmup", type=int, default=3)
-ap.add_argument("--threads", type=int, default=0)
-args = ap.parse_args()
-if args.threads > 0:
-    torch.set_num_threads(args.threads)
-dev = torch.device("cuda" if args.device == "cuda" else "cpu")
+import peer_harness  # bench/peers/peer_harness.py: arguments and timing
+
+args = peer_harness.parse_args(steps=20, warmup=3)
+dev = torch.device(args.device)
 
 
 def time_calls(f):
-    for _ in range(args.warmup):
-        f()
-    if dev.type == "cuda":
-        times = []
-        for _ in range(args.steps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            f()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) * 1e-3)
-        return statistics.median(times)
-    times = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    """Seconds per call, timed as bench_norm times ember (bench/bench_harness.h)."""
+    return 1e-3 * peer_harness.time_calls(f, args.device, args.steps, args.warmup)
 
 
 def rms_norm(x, w, eps):

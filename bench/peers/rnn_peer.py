@@ -3,33 +3,17 @@
 calls after --warmup), on the CPU with --threads threads. Prints one line per case:
     peer: <case> <median ms> <torch version>
 """
-import argparse
-import statistics
-import time
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--steps", type=int, default=10)
-ap.add_argument("--warmup", type=int, default=2)
-ap.add_argument("--threads", type=int, default=0)
-args = ap.parse_args()
-if args.threads > 0:
-    torch.set_num_threads(args.threads)
-torch.manual_seed(0)
+import peer_harness  # bench/peers/peer_harness.py: arguments and timing
+
+args = peer_harness.parse_args()
 
 
 def median_ms(fn):
-    for _ in range(args.warmup):
-        fn()
-    ts = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ts)
+    return peer_harness.time_calls(fn, "cpu", args.steps, args.warmup)
 
 
 T, N, I, H = 64, 32, 128, 256
