@@ -102,7 +102,9 @@ TEST(ResnetExample, TrainsOnASmallSetAndTheLossFalls) {
   const double first = json_number(r.output, "first_train_loss");
   const double last = json_number(r.output, "final_train_loss");
   ASSERT_TRUE(std::isfinite(first) && std::isfinite(last)) << r.output;
-  EXPECT_LT(last, 0.5 * first) << r.output;  // measured: 2.35 -> 0.59
+  // Measured: 2.35 -> 0.59 on 128 images; under the sanitizers (64 images, 4 epochs: a quarter
+  // of the steps) 2.37 -> 1.41, so the bound there is 0.75 (chance is ln 10 = 2.30).
+  EXPECT_LT(last, (kUnderAsan ? 0.75 : 0.5) * first) << r.output;
   EXPECT_LT(first, 3.0) << r.output;  // ~ln 10 at the start: the head is sane
 }
 
