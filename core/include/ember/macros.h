@@ -9,3 +9,11 @@
 #define EMBER_HD
 #define EMBER_FORCEINLINE inline __attribute__((always_inline))
 #endif
+
+// 1 while nvcc compiles device code, 0 on the host (host compilers and nvcc's host pass): lets
+// a host-and-device function pick host-only code with `if constexpr` (functors.h's math).
+#if defined(__CUDA_ARCH__)
+#define EMBER_DEVICE_CODE 1
+#else
+#define EMBER_DEVICE_CODE 0
+#endif

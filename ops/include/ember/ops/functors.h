@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "ember/macros.h"
+#include "ember/ops/fast_math.h"
 
 namespace ember::ops {
 
@@ -23,7 +24,21 @@ struct UnaryParams {
 
 namespace fn {
 
-using std::abs, std::exp, std::log, std::sqrt, std::tanh, std::erf, std::pow, std::log1p, std::expm1;
+using std::abs, std::log, std::sqrt, std::erf, std::pow, std::log1p, std::expm1;
+
+// exp and tanh: for float on the host, ember's branch-free versions (fast_math.h, within 2 ulp)
+// so that the CPU loops over these functors vectorize; libm's (libdevice's on the GPU) for
+// double and in device code. f16/bf16 compute in float and take the fast path too.
+template <class T>
+EMBER_HD T exp(T x) {
+  if constexpr (std::is_same_v<T, float> && !EMBER_DEVICE_CODE) return fast_math::exp_f32(x);
+  else return T(std::exp(x));
+}
+template <class T>
+EMBER_HD T tanh(T x) {
+  if constexpr (std::is_same_v<T, float> && !EMBER_DEVICE_CODE) return fast_math::tanh_f32(x);
+  else return T(std::tanh(x));
+}
 
 // The floating type an activation computes in: T itself, or float for the integer
 // instantiations the drivers compile but never run (floating_only ops promote integers).

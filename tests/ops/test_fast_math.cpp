@@ -1,0 +1,112 @@
+// ember's vectorizable float exp and tanh (ops/include/ember/ops/fast_math.h) against the
+// double-precision libm results, measured in units in the last place of the float result.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include <ember/ops/fast_math.h>
+#include <ember/ops/functors.h>
+
+namespace {
+
+using ember::ops::fast_math::exp_f32;
+using ember::ops::fast_math::tanh_f32;
+
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// |got - ref| in ulps of the float nearest ref (the subnormal spacing below FLT_MIN).
+double ulp_error(float got, double ref) {
+  const double mag = std::abs(ref);
+  const double ulp = mag < double(std::numeric_limits<float>::min())
+                         ? std::ldexp(1.0, -149)
+                         : std::ldexp(1.0, std::ilogb(float(mag)) - 23);
+  return std::abs(double(got) - ref) / ulp;
+}
+
+// Every `stride`-th float between lo and hi (both signs are walked by bit pattern).
+std::vector<float> sweep(float lo, float hi, uint32_t stride) {
+  std::vector<float> xs;
+  for (uint64_t u = 0; u < 0x7f800000u; u += stride) {
+    const float x = from_bits(uint32_t(u));
+    if (x <= hi) xs.push_back(x);
+    if (-x >= lo) xs.push_back(-x);
+  }
+  return xs;
+}
+
+TEST(FastMath, ExpIsWithinTwoUlpOverTheWholeFloatRange) {
+  double worst = 0;
+  float worst_x = 0;
+  for (float x : sweep(-104.0f, 88.72f, 4099)) {
+    const double err = ulp_error(exp_f32(x), std::exp(double(x)));
+    if (err > worst) worst = err, worst_x = x;
+  }
+  EXPECT_LE(worst, 2.0) << "at x = " << worst_x;
+  // Around 0, where e^x is 1 + x: the relative error stays at the float's precision.
+  for (float x : {1e-30f, -1e-30f, 1e-7f, -1e-7f, 0.0f, -0.0f, 0.3466f, -0.3466f})
+    EXPECT_LE(ulp_error(exp_f32(x), std::exp(double(x))), 1.0) << x;
+}
+
+TEST(FastMath, ExpEdges) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(exp_f32(-inf), 0.0f);
+  EXPECT_EQ(exp_f32(-104.0f), 0.0f);
+  EXPECT_EQ(exp_f32(-1000.0f), 0.0f);
+  EXPECT_EQ(exp_f32(inf), inf);
+  EXPECT_EQ(exp_f32(88.73f), inf);
+  EXPECT_EQ(exp_f32(1000.0f), inf);
+  EXPECT_TRUE(std::isnan(exp_f32(std::numeric_limits<float>::quiet_NaN())));
+  // The largest finite result and the subnormal range (2^n split into two normal factors).
+  EXPECT_TRUE(std::isfinite(exp_f32(88.72f)));
+  EXPECT_LE(ulp_error(exp_f32(88.72f), std::exp(double(88.72f))), 2.0);
+  for (float x : {-87.5f, -90.0f, -95.0f, -100.0f, -103.0f})
+    EXPECT_LE(ulp_error(exp_f32(x), std::exp(double(x))), 1.0) << x;
+  EXPECT_EQ(exp_f32(0.0f), 1.0f);
+}
+
+TEST(FastMath, TanhIsWithinTwoUlpAndOdd) {
+  double worst = 0;
+  float worst_x = 0;
+  for (float x : sweep(-20.0f, 20.0f, 4099)) {
+    const float y = tanh_f32(x);
+    const double err = ulp_error(y, std::tanh(double(x)));
+    if (err > worst) worst = err, worst_x = x;
+    ASSERT_EQ(tanh_f32(-x), -y) << x;
+  }
+  EXPECT_LE(worst, 2.0) << "at x = " << worst_x;
+  // Both sides of the switch between the polynomial and the exp form.
+  for (float x : {0.6249999f, 0.625f, 0.6250001f, 1e-20f, 1e-3f})
+    EXPECT_LE(ulp_error(tanh_f32(x), std::tanh(double(x))), 2.0) << x;
+}
+
+TEST(FastMath, TanhEdges) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(tanh_f32(inf), 1.0f);
+  EXPECT_EQ(tanh_f32(-inf), -1.0f);
+  EXPECT_EQ(tanh_f32(9.1f), 1.0f);
+  EXPECT_EQ(tanh_f32(10.0f), 1.0f);
+  EXPECT_EQ(tanh_f32(-100.0f), -1.0f);
+  EXPECT_TRUE(std::isnan(tanh_f32(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_EQ(tanh_f32(0.0f), 0.0f);
+  EXPECT_TRUE(std::signbit(tanh_f32(-0.0f)));
+}
+
+// The functors pick the fast versions for float and libm's for double.
+TEST(FastMath, FunctorsUseTheFastPathForFloatOnly) {
+  namespace fn = ember::ops::fn;
+  const float x = 0.8123f;
+  EXPECT_EQ(fn::Tanh{}(x), tanh_f32(x));
+  EXPECT_EQ(fn::Exp{}(x), exp_f32(x));
+  EXPECT_EQ(fn::Tanh{}(double(x)), std::tanh(double(x)));
+  EXPECT_EQ(fn::Exp{}(double(x)), std::exp(double(x)));
+}
+
+}  // namespace
