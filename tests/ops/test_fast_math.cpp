@@ -1,4 +1,4 @@
-// ember's vectorizable float exp and tanh (ops/include/ember/ops/fast_math.h) against the
+// ember's vectorizable float exp, tanh, erf, log, log1p and expm1 (ops/include/ember/ops/fast_math.h) against the
 // double-precision libm results, measured in units in the last place of the float result.
 #include <gtest/gtest.h>
 
@@ -13,7 +13,11 @@
 
 namespace {
 
+using ember::ops::fast_math::erf_f32;
 using ember::ops::fast_math::exp_f32;
+using ember::ops::fast_math::expm1_f32;
+using ember::ops::fast_math::log1p_f32;
+using ember::ops::fast_math::log_f32;
 using ember::ops::fast_math::tanh_f32;
 
 float from_bits(uint32_t u) {
@@ -99,12 +103,89 @@ TEST(FastMath, TanhEdges) {
   EXPECT_TRUE(std::signbit(tanh_f32(-0.0f)));
 }
 
+TEST(FastMath, ErfIsWithinTwoUlpAndOdd) {
+  double worst = 0;
+  float worst_x = 0;
+  for (float x : sweep(-6.0f, 6.0f, 1031)) {
+    const float y = erf_f32(x);
+    const double err = ulp_error(y, std::erf(double(x)));
+    if (err > worst) worst = err, worst_x = x;
+    ASSERT_EQ(erf_f32(-x), -y) << x;
+  }
+  EXPECT_LE(worst, 2.0) << "at x = " << worst_x;
+  // Both sides of each switch: the small-|x| polynomial, the e^{-x^2} form, the constant 1.
+  for (float x : {0.8999999f, 0.9f, 0.9000001f, 3.9199998f, 3.92f, 1e-30f, 1e-4f})
+    EXPECT_LE(ulp_error(erf_f32(x), std::erf(double(x))), 2.0) << x;
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(erf_f32(inf), 1.0f);
+  EXPECT_EQ(erf_f32(-inf), -1.0f);
+  EXPECT_EQ(erf_f32(1e30f), 1.0f);
+  EXPECT_TRUE(std::isnan(erf_f32(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(std::signbit(erf_f32(-0.0f)));
+}
+
+// Every positive float (subnormals included) by bit pattern, and the special values.
+TEST(FastMath, LogIsWithinTwoUlp) {
+  double worst = 0;
+  float worst_x = 0;
+  for (uint32_t u = 1; u < 0x7f800000u; u += 997) {
+    const float x = from_bits(u);
+    const double err = ulp_error(log_f32(x), std::log(double(x)));
+    if (err > worst) worst = err, worst_x = x;
+  }
+  EXPECT_LE(worst, 2.0) << "at x = " << worst_x;
+  for (float x : {1.0f, 1.41421354f, 1.41421366f, 0.70710677f, 2.0f, 1e-45f, 3.4e38f})
+    EXPECT_LE(ulp_error(log_f32(x), std::log(double(x))), 2.0) << x;
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(log_f32(1.0f), 0.0f);
+  EXPECT_EQ(log_f32(0.0f), -inf);
+  EXPECT_EQ(log_f32(-0.0f), -inf);
+  EXPECT_EQ(log_f32(inf), inf);
+  EXPECT_TRUE(std::isnan(log_f32(-1.0f)));
+  EXPECT_TRUE(std::isnan(log_f32(-inf)));
+  EXPECT_TRUE(std::isnan(log_f32(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST(FastMath, Log1pAndExpm1AreWithinTwoUlp) {
+  double worst_l = 0, worst_e = 0;
+  float at_l = 0, at_e = 0;
+  for (float x : sweep(-1.0f, 3e38f, 1009)) {
+    const double err = ulp_error(log1p_f32(x), std::log1p(double(x)));
+    if (err > worst_l) worst_l = err, at_l = x;
+  }
+  for (float x : sweep(-100.0f, 88.7f, 1009)) {
+    const double err = ulp_error(expm1_f32(x), std::expm1(double(x)));
+    if (err > worst_e) worst_e = err, at_e = x;
+  }
+  EXPECT_LE(worst_l, 2.0) << "log1p at x = " << at_l;
+  EXPECT_LE(worst_e, 2.0) << "expm1 at x = " << at_e;
+  // Near 0 both are x to first order: relative accuracy there is the point of the functions.
+  for (float x : {1e-30f, -1e-30f, 1e-8f, -1e-8f, 3e-5f, -0.34f, 0.35f, 88.5f})
+    EXPECT_LE(ulp_error(expm1_f32(x), std::expm1(double(x))), 2.0) << x;
+  for (float x : {1e-30f, -1e-30f, 1e-8f, -1e-8f, 3e-5f, -0.999f, 1e20f})
+    EXPECT_LE(ulp_error(log1p_f32(x), std::log1p(double(x))), 2.0) << x;
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(log1p_f32(-1.0f), -inf);
+  EXPECT_EQ(log1p_f32(inf), inf);
+  EXPECT_TRUE(std::isnan(log1p_f32(-2.0f)));
+  EXPECT_TRUE(std::isnan(log1p_f32(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_EQ(expm1_f32(-inf), -1.0f);
+  EXPECT_EQ(expm1_f32(-50.0f), -1.0f);
+  EXPECT_EQ(expm1_f32(inf), inf);
+  EXPECT_EQ(expm1_f32(0.0f), 0.0f);
+  EXPECT_TRUE(std::isnan(expm1_f32(std::numeric_limits<float>::quiet_NaN())));
+}
+
 // The functors pick the fast versions for float and libm's for double.
 TEST(FastMath, FunctorsUseTheFastPathForFloatOnly) {
   namespace fn = ember::ops::fn;
   const float x = 0.8123f;
   EXPECT_EQ(fn::Tanh{}(x), tanh_f32(x));
   EXPECT_EQ(fn::Exp{}(x), exp_f32(x));
+  EXPECT_EQ(fn::erf(x), erf_f32(x));
+  EXPECT_EQ(fn::Log{}(x), log_f32(x));
+  EXPECT_EQ(fn::log1p(x), log1p_f32(x));
+  EXPECT_EQ(fn::expm1(x), expm1_f32(x));
   EXPECT_EQ(fn::Tanh{}(double(x)), std::tanh(double(x)));
   EXPECT_EQ(fn::Exp{}(double(x)), std::exp(double(x)));
 }

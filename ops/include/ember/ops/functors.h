@@ -24,20 +24,43 @@ struct UnaryParams {
 
 namespace fn {
 
-using std::abs, std::log, std::sqrt, std::erf, std::pow, std::log1p, std::expm1;
+using std::abs, std::sqrt, std::pow;
 
-// exp and tanh: for float on the host, ember's branch-free versions (fast_math.h, within 2 ulp)
+// exp, tanh, erf, log, log1p, expm1: for float on the host, ember's branch-free versions
+// (fast_math.h, within 1.5 ulp)
 // so that the CPU loops over these functors vectorize; libm's (libdevice's on the GPU) for
-// double and in device code. f16/bf16 compute in float and take the fast path too.
+// double and in device code. f16/bf16 compute in float and take the fast path too. Always
+// inlined, like the fast_math functions: GCC's heuristics otherwise leave a call to the
+// (large) float version in the loop body, and the loop scalar.
 template <class T>
-EMBER_HD T exp(T x) {
+EMBER_HD EMBER_FORCEINLINE T exp(T x) {
   if constexpr (std::is_same_v<T, float> && !EMBER_DEVICE_CODE) return fast_math::exp_f32(x);
   else return T(std::exp(x));
 }
 template <class T>
-EMBER_HD T tanh(T x) {
+EMBER_HD EMBER_FORCEINLINE T tanh(T x) {
   if constexpr (std::is_same_v<T, float> && !EMBER_DEVICE_CODE) return fast_math::tanh_f32(x);
   else return T(std::tanh(x));
+}
+template <class T>
+EMBER_HD EMBER_FORCEINLINE T erf(T x) {
+  if constexpr (std::is_same_v<T, float> && !EMBER_DEVICE_CODE) return fast_math::erf_f32(x);
+  else return T(std::erf(x));
+}
+template <class T>
+EMBER_HD EMBER_FORCEINLINE T log(T x) {
+  if constexpr (std::is_same_v<T, float> && !EMBER_DEVICE_CODE) return fast_math::log_f32(x);
+  else return T(std::log(x));
+}
+template <class T>
+EMBER_HD EMBER_FORCEINLINE T log1p(T x) {
+  if constexpr (std::is_same_v<T, float> && !EMBER_DEVICE_CODE) return fast_math::log1p_f32(x);
+  else return T(std::log1p(x));
+}
+template <class T>
+EMBER_HD EMBER_FORCEINLINE T expm1(T x) {
+  if constexpr (std::is_same_v<T, float> && !EMBER_DEVICE_CODE) return fast_math::expm1_f32(x);
+  else return T(std::expm1(x));
 }
 
 // The floating type an activation computes in: T itself, or float for the integer
@@ -64,12 +87,15 @@ EMBER_HD T round_decimals(T x, double decimals) {
   return T(std::rint(x / s)) * s;
 }
 
+// The parameters are converted up front, unconditionally (pa, pb): read inside a conditional
+// arm (`x < 0 ? x * T(p.a) : x`) they become a masked double load per element and the CPU
+// loop stays scalar.
 #define EMBER_UNARY_FUNCTOR(Name, expr)                   \
   struct Name {                                           \
     UnaryParams p;                                        \
     template <class T>                                    \
-    EMBER_HD T operator()(T x) const {                    \
-      (void)p;                                            \
+    EMBER_HD EMBER_FORCEINLINE T operator()(T x) const {  \
+      [[maybe_unused]] const T pa = T(p.a), pb = T(p.b);  \
       return expr;                                        \
     }                                                     \
   };
@@ -93,10 +119,10 @@ EMBER_UNARY_FUNCTOR(GeluTanh, T(T(0.5) * x *
                                 (T(1) + tanh(T(0.79788456080286535588) *
                                              (x + T(0.044715) * x * x * x)))))
 EMBER_UNARY_FUNCTOR(Silu, T(x / (T(1) + exp(-x))))
-EMBER_UNARY_FUNCTOR(Clamp, x < T(p.a) ? T(p.a) : (x > T(p.b) ? T(p.b) : x))
-EMBER_UNARY_FUNCTOR(ClampMin, x < T(p.a) ? T(p.a) : x)
-EMBER_UNARY_FUNCTOR(ClampMax, x > T(p.a) ? T(p.a) : x)
-EMBER_UNARY_FUNCTOR(PowScalar, T(pow(x, T(p.a))))
+EMBER_UNARY_FUNCTOR(Clamp, x < pa ? pa : (x > pb ? pb : x))
+EMBER_UNARY_FUNCTOR(ClampMin, x < pa ? pa : x)
+EMBER_UNARY_FUNCTOR(ClampMax, x > pa ? pa : x)
+EMBER_UNARY_FUNCTOR(PowScalar, T(pow(x, pa)))
 // sin/cos are floating_only (integers never reach them; float_of keeps those instantiations
 // compiling). The rounding ops keep integer dtypes as PyTorch does (an integer is its own floor).
 EMBER_UNARY_FUNCTOR(Sin, T(std::sin(float_of<T>(x))))
@@ -110,7 +136,7 @@ EMBER_UNARY_FUNCTOR(Square, x * x)
 #undef EMBER_UNARY_FUNCTOR
 
 template <class T>
-EMBER_HD T relu6(T x) {
+EMBER_HD EMBER_FORCEINLINE T relu6(T x) {
   x = x < T(0) ? T(0) : x;
   return x > T(6) ? T(6) : x;
 }
@@ -120,20 +146,20 @@ EMBER_HD T relu6(T x) {
   struct Name {                                       \
     UnaryParams p;                                    \
     template <class T>                                \
-    EMBER_HD T operator()(T in) const {               \
+    EMBER_HD EMBER_FORCEINLINE T operator()(T in) const { \
       using F = float_of<T>;                          \
       const F x = F(in);                              \
-      (void)p;                                        \
+      [[maybe_unused]] const F pa = F(p.a), pb = F(p.b); \
       return T(expr);                                 \
     }                                                 \
   };
 // p.a: negative_slope.
-EMBER_ACTIVATION_FUNCTOR(LeakyRelu, x > F(0) ? x : x * F(p.a))
+EMBER_ACTIVATION_FUNCTOR(LeakyRelu, x > F(0) ? x : x * pa)
 // p.a: alpha.
-EMBER_ACTIVATION_FUNCTOR(Elu, x > F(0) ? x : F(p.a) * F(expm1(x)))
+EMBER_ACTIVATION_FUNCTOR(Elu, x > F(0) ? x : pa * F(expm1(x)))
 // p.a: beta, p.b: threshold; linear above the threshold, where log1p(exp(bx))/b == x in the
 // dtype's precision (PyTorch's form: no overflow in exp).
-EMBER_ACTIVATION_FUNCTOR(Softplus, x * F(p.a) > F(p.b) ? x : F(log1p(exp(x * F(p.a)))) / F(p.a))
+EMBER_ACTIVATION_FUNCTOR(Softplus, x * pa > pb ? x : F(log1p(exp(x * pa))) / pa)
 // x tanh(softplus(x)); exp overflows to inf for large x, and tanh(inf) = 1 gives x.
 EMBER_ACTIVATION_FUNCTOR(Mish, x * F(tanh(F(log1p(exp(x))))))
 // PyTorch's formulas, x * relu6(x + 3) / 6 and relu6(x + 3) / 6 (NaN propagates).
@@ -142,28 +168,28 @@ EMBER_ACTIVATION_FUNCTOR(Hardsigmoid, relu6(x + F(3)) / F(6))
 #undef EMBER_ACTIVATION_FUNCTOR
 
 template <class T>
-EMBER_HD T mish_backward(T g, T x) {
+EMBER_HD EMBER_FORCEINLINE T mish_backward(T g, T x) {
   const T sp = T(log1p(exp(x)));
   const T tsp = T(tanh(sp));
   const T s = T(1) / (T(1) + T(exp(-x)));
   return g * (tsp + x * s * (T(1) - tsp * tsp));
 }
 template <class T>
-EMBER_HD T softplus_backward(T g, T x, T beta, T threshold) {
+EMBER_HD EMBER_FORCEINLINE T softplus_backward(T g, T x, T beta, T threshold) {
   if (x * beta > threshold) return g;
   const T z = T(exp(x * beta));
   return g * z / (z + T(1));
 }
 
 template <class T>
-EMBER_HD T gelu_tanh_backward(T g, T x) {
+EMBER_HD EMBER_FORCEINLINE T gelu_tanh_backward(T g, T x) {
   const T k = T(0.79788456080286535588), c = T(0.044715);
   T inner = k * (x + c * x * x * x);
   T th = T(tanh(inner));
   return g * (T(0.5) * (T(1) + th) + T(0.5) * x * (T(1) - th * th) * k * (T(1) + T(3) * c * x * x));
 }
 template <class T>
-EMBER_HD T silu_backward(T g, T x) {
+EMBER_HD EMBER_FORCEINLINE T silu_backward(T g, T x) {
   T s = T(1) / (T(1) + T(exp(-x)));
   return g * s * (T(1) + x * (T(1) - s));
 }
@@ -183,8 +209,8 @@ EMBER_BITWISE_HELPER(bit_xor, ^)
   struct Name {                                 \
     UnaryParams p;                              \
     template <class T>                          \
-    EMBER_HD T operator()(T a, T b) const {     \
-      (void)p;                                  \
+    EMBER_HD EMBER_FORCEINLINE T operator()(T a, T b) const { \
+      [[maybe_unused]] const T pa = T(p.a), pb = T(p.b); \
       return expr;                              \
     }                                           \
   };
@@ -222,9 +248,9 @@ EMBER_BINARY_FUNCTOR(GeluBackward,                          // (g, x)
 EMBER_BINARY_FUNCTOR(GeluTanhBackward, gelu_tanh_backward(a, b))  // (g, x)
 EMBER_BINARY_FUNCTOR(SiluBackward, silu_backward(a, b))           // (g, x)
 // The parameterized ones read the forward's UnaryParams (ops::binary's params argument).
-EMBER_BINARY_FUNCTOR(LeakyReluBackward, b > T(0) ? a : a * T(p.a))  // (g, x)
-EMBER_BINARY_FUNCTOR(EluBackward, b > T(0) ? a : a * T(p.a) * T(exp(b)))  // (g, x)
-EMBER_BINARY_FUNCTOR(SoftplusBackward, softplus_backward(a, b, T(p.a), T(p.b)))  // (g, x)
+EMBER_BINARY_FUNCTOR(LeakyReluBackward, b > T(0) ? a : a * pa)  // (g, x)
+EMBER_BINARY_FUNCTOR(EluBackward, b > T(0) ? a : a * pa * T(exp(b)))  // (g, x)
+EMBER_BINARY_FUNCTOR(SoftplusBackward, softplus_backward(a, b, pa, pb))  // (g, x)
 EMBER_BINARY_FUNCTOR(MishBackward, mish_backward(a, b))  // (g, x)
 // PyTorch's (1.13) boundaries: hardswish takes the middle branch at x = -3 and passes g from
 // x = 3 on; hardsigmoid's gradient is nonzero only strictly inside (-3, 3).
