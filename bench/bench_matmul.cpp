@@ -12,6 +12,9 @@
 // under --python, the GPU machine's own PyTorch). Timed with CUDA events around back-to-back
 // calls on the default stream, median of samples, ember and cuBLAS samples alternating.
 //
+// CPU first: the machine's f32 FMA peak (chains of 256-bit FMAs on every thread), the ceiling
+// each GEMM row is then stated against ("% of peak").
+//
 // Prints tables and ends with one `result: {json}` line: the CPU fields at the top level and
 // a "gpu" object (null without a device) with TFLOP/s and ratios ember/cuBLAS, ember/torch.
 //
@@ -20,6 +23,9 @@
 // GCC 12 reports false -Wmaybe-uninitialized positives inside Eigen's AVX-512 code.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Core>
+#include <immintrin.h>
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -160,6 +166,43 @@ std::string gpu_json(const std::vector<GpuRow>& rows, const std::string& device,
   return s + "}";
 }
 
+// The machine's f32 FMA peak in GFLOP/s with `threads` threads: every thread runs chains of
+// 256-bit FMAs, 12 independent ones (more than latency x pipes on current x86 cores), for
+// ~0.2 s. 0 where the build has no FMA (not -march=native). AVX-512 would not raise it on the
+// AMD Zen 4 CI machines (their 512-bit FMAs are double-pumped 256-bit units) and ember's build
+// leaves it off (CMakeLists.txt); on an Intel server core with two 512-bit FMA units the
+// machine's true peak is twice this.
+double fma_peak_gflops(int threads) {
+#ifdef __FMA__
+  constexpr int kChains = 12;
+  constexpr int64_t kIters = 1 << 22;
+  double best = 0;
+  for (int sample = 0; sample < 3; ++sample) {
+    const auto t0 = Clock::now();
+    float sink = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    {
+      __m256 acc[kChains];
+      for (int k = 0; k < kChains; ++k) acc[k] = _mm256_set1_ps(float(k + omp_get_thread_num()) * 1e-3f);
+      const __m256 m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-7f);
+      for (int64_t i = 0; i < kIters; ++i)
+        for (int k = 0; k < kChains; ++k) acc[k] = _mm256_fmadd_ps(acc[k], m, a);
+      __m256 total = acc[0];
+      for (int k = 1; k < kChains; ++k) total = _mm256_add_ps(total, acc[k]);
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, total);
+      for (float v : lanes) sink += v;
+    }
+    const double flop = double(threads) * double(kIters) * kChains * 8 * 2;
+    if (std::isfinite(sink)) best = std::max(best, flop / seconds_since(t0) * 1e-9);
+  }
+  return best;
+#else
+  (void)threads;
+  return 0;
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -177,8 +220,10 @@ int main(int argc, char** argv) {
   }
   ember::manual_seed(0);
   const int threads = Eigen::nbThreads();
+  const double peak = fma_peak_gflops(threads);
+  std::printf("f32 FMA peak (256-bit FMA chains, %d threads): %.1f GFLOP/s\n", threads, peak);
   std::printf("matmul f32 (CPU, %d threads), median of %d samples\n", threads, samples);
-  std::printf("%8s %14s %14s %8s\n", "n", "ember GFLOP/s", "Eigen GFLOP/s", "ratio");
+  std::printf("%8s %14s %14s %8s %10s\n", "n", "ember GFLOP/s", "Eigen GFLOP/s", "ratio", "% of peak");
 
   std::vector<double> ember_gflops, eigen_gflops, ratios, size_list;
   for (int64_t n : sizes) {
@@ -225,7 +270,7 @@ int main(int argc, char** argv) {
     eigen_gflops.push_back(gg);
     ratios.push_back(ge / gg);
     size_list.push_back(double(n));
-    std::printf("%8lld %14.1f %14.1f %8.3f\n", (long long)n, ge, gg, ge / gg);
+    std::printf("%8lld %14.1f %14.1f %8.3f %9.1f%%\n", (long long)n, ge, gg, ge / gg, peak > 0 ? 100 * ge / peak : 0.0);
   }
 
   // GPU: ember (cuBLASLt) vs cuBLAS directly vs torch.matmul.
@@ -258,9 +303,9 @@ int main(int argc, char** argv) {
   } else {
     std::printf("\nno CUDA device: GPU section skipped\n");
   }
-  std::printf("result: {\"bench\":\"matmul\",\"dtype\":\"f32\",\"threads\":%d,\"sizes\":%s,"
-              "\"ember_gflops\":%s,\"eigen_gflops\":%s,\"ratio\":%s,\"gpu\":%s}\n",
-              threads, json_list(size_list, 0).c_str(), json_list(ember_gflops, 2).c_str(),
+  std::printf("result: {\"bench\":\"matmul\",\"dtype\":\"f32\",\"threads\":%d,\"cpu_fma_peak_gflops\":%.1f,"
+              "\"sizes\":%s,\"ember_gflops\":%s,\"eigen_gflops\":%s,\"ratio\":%s,\"gpu\":%s}\n",
+              threads, peak, json_list(size_list, 0).c_str(), json_list(ember_gflops, 2).c_str(),
               json_list(eigen_gflops, 2).c_str(), json_list(ratios, 3).c_str(),
               gpu_json(gpu_rows, device_name, torch_version).c_str());
   return 0;

@@ -4,9 +4,11 @@
 #   bash bench/run_all.sh [--gpu] [--bin build/bin] [--out bench-results.json] [--python PY]
 #
 # Default (CPU) mode: every bench_* binary in --bin with its default arguments (the peers under
-# --python: bench_mnist twice, the mlp and --model cnn; bench_resnet, examples/resnet.cpp's
-# training step; bench_rnn, bench_attention, bench_transformer, bench_norm, bench_pool,
-# bench_sort, bench_indexing, bench_gpt, bench_matmul), then bench/compile_time.sh. The CPU peer
+# --python: bench_mnist twice, the mlp and --model cnn; bench_gpt three times, tiny, a
+# character-level 2 x 128 with vocabulary 256 and mid 4 x 256; bench_resnet, examples/resnet.cpp's
+# training step; bench_rnn, bench_attention, bench_transformer, bench_norm, bench_pool, bench_activation,
+# bench_sort, bench_indexing, bench_matmul), then bench/compile_time.sh, and prints the CPU
+# speed matrix of issue 23 (bench/cpu_matrix.py: each model row's ratio against its goal). The CPU peer
 # is only fair on an optimized BLAS: every result says its "peer_blas" (see the README).
 # --gpu: the GPU rows only —
 #   bench_gpt --preset gpt2-small --device cuda --amp bf16 -B 16 -T 1024   (eager torch peer)
@@ -90,7 +92,11 @@ else
     [[ -x "$b" && -f "$b" ]] || continue
     case "$(basename "$b")" in
       bench_mnist) run "$b" --python "$python"; run "$b" --model cnn --python "$python" ;;
-      bench_gpt | bench_matmul | bench_attention | bench_resnet | bench_rnn | bench_norm | bench_pool | \
+      bench_gpt)  # the matrix's three GPT rows: tiny (the default), a character-level model, mid
+        run "$b" --python "$python"
+        run "$b" --n-layer 2 --n-head 4 --n-embd 128 --vocab 256 -B 32 -T 64 --python "$python"
+        run "$b" --n-layer 4 --n-head 4 --n-embd 256 -T 128 --steps 8 --python "$python" ;;
+      bench_matmul | bench_attention | bench_resnet | bench_rnn | bench_norm | bench_pool | bench_activation | \
         bench_transformer | bench_sort | bench_indexing) run "$b" --python "$python" ;;
       *) run "$b" ;;
     esac
@@ -108,4 +114,8 @@ fi
   printf ']}\n'
 } >"$out"
 echo "run_all: ${#runs[@]} runs -> $out (logs in $logs)" >&2
+# The CPU speed matrix (docs/performance.md): one row per model shape, ember / PyTorch.
+if [[ $mode == cpu ]]; then
+  python3 "$root/bench/cpu_matrix.py" "$out" || failed=1
+fi
 exit $failed
