@@ -55,7 +55,9 @@ print(f"{statistics.median(cpu):.3f} {statistics.median(wall):.3f}")
 PY
 }
 
-ember_inc=(-I"$root/include" -I"$root/core/include" -I"$root/ops/include" -I"$root/autograd/include")
+# Every layer's public headers (<ember/ember.h> includes them all: nn, optim, amp, data, ...).
+ember_inc=(-I"$root/include")
+for d in "$root"/*/include; do ember_inc+=(-I"$d"); done
 read -r ember_s ember_wall < <(median_compile "$tmp/user_ember.cpp" -std=c++20 "${ember_inc[@]}")
 echo "ember     <ember/ember.h>:  ${ember_s} s CPU (${ember_wall} s wall), median of $runs, $cxx -std=c++20 -O0 -c"
 
