@@ -47,20 +47,29 @@ EMBER_FORCEINLINE float select(bool c, float a, float b) {
   return bits_to_float((float_to_bits(a) & m) | (float_to_bits(b) & ~m));
 }
 
-// e^x = 2^n e^r with n = round(x / ln 2) and r = x - n ln 2 in [-ln2/2, ln2/2], ln 2 split in
-// a 9-bit head (n * head is exact for |n| < 2^15, with or without FMA contraction) and a tail.
+// x = n ln 2 + r with n = round(x / ln 2) and r in [-ln2/2, ln2/2] (exp's and expm1's range
+// reduction), for |x| < 2^22. ln 2 is split in a 9-bit head (n * head is exact for |n| < 2^15,
+// with or without FMA contraction) and a tail.
+struct Ln2Reduced {
+  float r;    // the remainder
+  int32_t n;  // the multiple of ln 2
+};
+EMBER_FORCEINLINE Ln2Reduced reduce_by_ln2(float x) {
+  // Adding 1.5 * 2^23 rounds x / ln 2 to the nearest integer in the low mantissa bits (no
+  // float -> int conversion, which has no vector form for out-of-range lanes).
+  constexpr float kShifter = 12582912.0f;
+  const float shifted = x * 1.44269504088896341f + kShifter;
+  const float n = shifted - kShifter;
+  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  return {r, int32_t(float_to_bits(shifted) - float_to_bits(kShifter))};
+}
+
+// e^x = 2^n e^r (reduce_by_ln2), e^r from Cephes' degree-5 minimax polynomial.
 EMBER_FORCEINLINE float exp_f32(float x) {
   // Clamped so that n stays within [-151, 129]; NaN passes both comparisons and propagates
   // through the polynomial.
   const float xc = select(x < -104.0f, -104.0f, select(x > 89.0f, 89.0f, x));
-  // Adding 1.5 * 2^23 rounds x / ln 2 to the nearest integer in the low mantissa bits (no
-  // float -> int conversion, which has no vector form for out-of-range lanes).
-  constexpr float kShifter = 12582912.0f;
-  const float shifted = xc * 1.44269504088896341f + kShifter;
-  const float n = shifted - kShifter;
-  const int32_t ni = int32_t(float_to_bits(shifted) - float_to_bits(kShifter));
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
+  const auto [r, ni] = reduce_by_ln2(xc);
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
@@ -179,12 +188,7 @@ EMBER_FORCEINLINE float log1p_f32(float x) {
 // Above 88 (2^k would overflow) it is e^x; below -30 it is -1.
 EMBER_FORCEINLINE float expm1_f32(float x) {
   const float xc = select(x < -30.0f, -30.0f, select(x > 88.0f, 88.0f, x));
-  constexpr float kShifter = 12582912.0f;
-  const float shifted = xc * 1.44269504088896341f + kShifter;
-  const float k = shifted - kShifter;
-  const int32_t ki = int32_t(float_to_bits(shifted) - float_to_bits(kShifter));
-  float r = xc - k * 0.693359375f;
-  r = r - k * -2.12194440e-4f;
+  const auto [r, ki] = reduce_by_ln2(xc);
   float q = 1.0f / 40320.0f;
   q = q * r + 1.0f / 5040.0f;
   q = q * r + 1.0f / 720.0f;

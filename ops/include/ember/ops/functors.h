@@ -27,41 +27,23 @@ namespace fn {
 using std::abs, std::sqrt, std::pow;
 
 // exp, tanh, erf, log, log1p, expm1: for float on the host, ember's branch-free versions
-// (fast_math.h, within 1.5 ulp)
-// so that the CPU loops over these functors vectorize; libm's (libdevice's on the GPU) for
-// double and in device code. f16/bf16 compute in float and take the fast path too. Always
+// (fast_math.h, within 1.5 ulp) so that the CPU loops over these functors vectorize; libm's
+// (libdevice's on the GPU) for double and in device code. f16/bf16 compute in float and take the fast path too. Always
 // inlined, like the fast_math functions: GCC's heuristics otherwise leave a call to the
 // (large) float version in the loop body, and the loop scalar.
-template <class T>
-EMBER_HD EMBER_FORCEINLINE T exp(T x) {
-  if constexpr (std::is_same_v<T, float> && !EMBER_DEVICE_CODE) return fast_math::exp_f32(x);
-  else return T(std::exp(x));
-}
-template <class T>
-EMBER_HD EMBER_FORCEINLINE T tanh(T x) {
-  if constexpr (std::is_same_v<T, float> && !EMBER_DEVICE_CODE) return fast_math::tanh_f32(x);
-  else return T(std::tanh(x));
-}
-template <class T>
-EMBER_HD EMBER_FORCEINLINE T erf(T x) {
-  if constexpr (std::is_same_v<T, float> && !EMBER_DEVICE_CODE) return fast_math::erf_f32(x);
-  else return T(std::erf(x));
-}
-template <class T>
-EMBER_HD EMBER_FORCEINLINE T log(T x) {
-  if constexpr (std::is_same_v<T, float> && !EMBER_DEVICE_CODE) return fast_math::log_f32(x);
-  else return T(std::log(x));
-}
-template <class T>
-EMBER_HD EMBER_FORCEINLINE T log1p(T x) {
-  if constexpr (std::is_same_v<T, float> && !EMBER_DEVICE_CODE) return fast_math::log1p_f32(x);
-  else return T(std::log1p(x));
-}
-template <class T>
-EMBER_HD EMBER_FORCEINLINE T expm1(T x) {
-  if constexpr (std::is_same_v<T, float> && !EMBER_DEVICE_CODE) return fast_math::expm1_f32(x);
-  else return T(std::expm1(x));
-}
+#define EMBER_FAST_FLOAT_MATH(name)                                                           \
+  template <class T>                                                                          \
+  EMBER_HD EMBER_FORCEINLINE T name(T x) {                                                    \
+    if constexpr (std::is_same_v<T, float> && !EMBER_DEVICE_CODE) return fast_math::name##_f32(x); \
+    else return T(std::name(x));                                                              \
+  }
+EMBER_FAST_FLOAT_MATH(exp)
+EMBER_FAST_FLOAT_MATH(tanh)
+EMBER_FAST_FLOAT_MATH(erf)
+EMBER_FAST_FLOAT_MATH(log)
+EMBER_FAST_FLOAT_MATH(log1p)
+EMBER_FAST_FLOAT_MATH(expm1)
+#undef EMBER_FAST_FLOAT_MATH
 
 // The floating type an activation computes in: T itself, or float for the integer
 // instantiations the drivers compile but never run (floating_only ops promote integers).
