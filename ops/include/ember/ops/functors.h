@@ -28,9 +28,9 @@ using std::abs, std::sqrt, std::pow;
 
 // exp, tanh, erf, log, log1p, expm1: for float on the host, ember's branch-free versions
 // (fast_math.h, within 1.5 ulp) so that the CPU loops over these functors vectorize; libm's
-// (libdevice's on the GPU) for double and in device code. f16/bf16 compute in float and take the fast path too. Always
-// inlined, like the fast_math functions: GCC's heuristics otherwise leave a call to the
-// (large) float version in the loop body, and the loop scalar.
+// (libdevice's on the GPU) for double and in device code. f16/bf16 compute in float and take
+// the fast path too. Always inlined, like the fast_math functions: GCC's heuristics otherwise
+// leave a call to the (large) float version in the loop body, and the loop scalar.
 #define EMBER_FAST_FLOAT_MATH(name)                                                           \
   template <class T>                                                                          \
   EMBER_HD EMBER_FORCEINLINE T name(T x) {                                                    \
