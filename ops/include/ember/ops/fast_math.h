@@ -21,8 +21,10 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "ember/macros.h"
 
@@ -45,6 +47,18 @@ EMBER_FORCEINLINE uint32_t float_to_bits(float f) {
 EMBER_FORCEINLINE float select(bool c, float a, float b) {
   const uint32_t m = 0u - uint32_t(c);
   return bits_to_float((float_to_bits(a) & m) | (float_to_bits(b) & ~m));
+}
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// c[0] t^(N-1) + c[1] t^(N-2) + ... + c[N-1] by Horner's rule (highest degree first). Fully
+// unrolled once inlined, the coefficients folded to constants.
+template <size_t N>
+EMBER_FORCEINLINE float horner(float t, const float (&c)[N]) {
+  float p = c[0];
+  for (size_t i = 1; i < N; ++i) p = p * t + c[i];
+  return p;
 }
 
 // x = n ln 2 + r with n = round(x / ln 2) and r in [-ln2/2, ln2/2] (exp's and expm1's range
@@ -70,12 +84,8 @@ EMBER_FORCEINLINE float exp_f32(float x) {
   // through the polynomial.
   const float xc = select(x < -104.0f, -104.0f, select(x > 89.0f, 89.0f, x));
   const auto [r, ni] = reduce_by_ln2(xc);
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  const float p = horner(r, {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f,
+                             1.6666665459e-1f, 5.0000001201e-1f});
   const float er = p * (r * r) + r + 1.0f;
   // 2^n as two factors, each a normal float for every n here: 2^128 (x near 88.7) and
   // 2^-150 (subnormal results) are not, and a single final rounding happens in the second
@@ -93,11 +103,8 @@ EMBER_FORCEINLINE float exp_f32(float x) {
 EMBER_FORCEINLINE float tanh_f32(float x) {
   const float ax = std::fabs(x);
   const float z = ax * ax;
-  float p = -5.70498872745e-3f;
-  p = p * z + 2.06390887954e-2f;
-  p = p * z - 5.37397155531e-2f;
-  p = p * z + 1.33314422036e-1f;
-  p = p * z - 3.33332819422e-1f;
+  const float p = horner(z, {-5.70498872745e-3f, 2.06390887954e-2f, -5.37397155531e-2f,
+                             1.33314422036e-1f, -3.33332819422e-1f});
   const float small = p * z * ax + ax;
   // e^{2|x|} overflows to +inf beyond |x| = 44 and 2 / inf = 0 gives exactly 1.
   const float large = 1.0f - 2.0f / (exp_f32(2.0f * ax) + 1.0f);
@@ -111,29 +118,18 @@ EMBER_FORCEINLINE float tanh_f32(float x) {
 EMBER_FORCEINLINE float erf_f32(float x) {
   const float ax = std::fabs(x);
   const float z = ax * ax;
-  float r = 8.552851194995846e-05f;
-  r = r * z - 8.185888304426464e-04f;
-  r = r * z + 5.204867172200719e-03f;
-  r = r * z - 2.686097765810227e-02f;
-  r = r * z + 1.128372536851146e-01f;
-  r = r * z - 3.761263589783196e-01f;
-  r = r * z + 1.283791669542876e-01f;
+  const float r = horner(z, {8.552851194995846e-05f, -8.185888304426464e-04f,
+                             5.204867172200719e-03f, -2.686097765810227e-02f,
+                             1.128372536851146e-01f, -3.761263589783196e-01f,
+                             1.283791669542876e-01f});
   const float small = ax + ax * r;
   // Clamped so that neither factor overflows on the lanes that take `small`; NaN stays NaN.
   const float xb = select(ax > 3.92f, 3.92f, ax);
   const float t = xb - 2.41f;
-  float q = -5.085270401e-07f;
-  q = q * t + 2.175303037e-06f;
-  q = q * t - 5.042732933e-06f;
-  q = q * t + 1.768498132e-05f;
-  q = q * t - 7.178333514e-05f;
-  q = q * t + 2.545360635e-04f;
-  q = q * t - 8.584316541e-04f;
-  q = q * t + 2.823034514e-03f;
-  q = q * t - 8.952198064e-03f;
-  q = q * t + 2.722413404e-02f;
-  q = q * t - 7.903808739e-02f;
-  q = q * t + 2.177056150e-01f;
+  const float q = horner(t, {-5.085270401e-07f, 2.175303037e-06f, -5.042732933e-06f,
+                             1.768498132e-05f, -7.178333514e-05f, 2.545360635e-04f,
+                             -8.584316541e-04f, 2.823034514e-03f, -8.952198064e-03f,
+                             2.722413404e-02f, -7.903808739e-02f, 2.177056150e-01f});
   const float large = select(ax > 3.92f, 1.0f, 1.0f - exp_f32(-(xb * xb)) * q);
   return std::copysign(select(ax < 0.9f, small, large), x);
 }
@@ -152,22 +148,15 @@ EMBER_FORCEINLINE float log_f32(float x) {
   const float m = select(high, m0 * 0.5f, m0);
   const float e = float(e0 + (high ? 1 : 0));
   const float f = m - 1.0f;
-  float p = 6.8009601112e-02f;
-  p = p * f - 1.1726697225e-01f;
-  p = p * f + 1.1891018311e-01f;
-  p = p * f - 1.2396432796e-01f;
-  p = p * f + 1.4217757339e-01f;
-  p = p * f - 1.6668513073e-01f;
-  p = p * f + 2.0002246770e-01f;
-  p = p * f - 2.5000000553e-01f;
-  p = p * f + 3.3333310122e-01f;
+  const float p = horner(f, {6.8009601112e-02f, -1.1726697225e-01f, 1.1891018311e-01f,
+                             -1.2396432796e-01f, 1.4217757339e-01f, -1.6668513073e-01f,
+                             2.0002246770e-01f, -2.5000000553e-01f, 3.3333310122e-01f});
   const float f2 = f * f;
   const float y = (e * -2.12194440e-4f + (f2 * f * p - 0.5f * f2)) + f + e * 0.693359375f;
-  const float inf = bits_to_float(0x7f800000u);
-  // log(0) = -inf, log(x < 0) = NaN, log(inf) = inf; NaN propagates (x - x).
-  float r = select(x == 0.0f, -inf, y);
-  r = select(x < 0.0f, bits_to_float(0x7fc00000u), r);
-  r = select(x == inf, inf, r);
+  // log(0) = -inf, log(x < 0) = NaN, log(inf) = inf; NaN propagates.
+  float r = select(x == 0.0f, -kInf, y);
+  r = select(x < 0.0f, kNaN, r);
+  r = select(x == kInf, kInf, r);
   return select(x != x, x, r);
 }
 
@@ -176,11 +165,10 @@ EMBER_FORCEINLINE float log_f32(float x) {
 EMBER_FORCEINLINE float log1p_f32(float x) {
   const float u = 1.0f + x;
   const float y = log_f32(u) - ((u - 1.0f) - x) / u;
-  const float inf = bits_to_float(0x7f800000u);
   float r = select(u == 1.0f, x, y);
-  r = select(u == 0.0f, -inf, r);  // x = -1
-  r = select(x == inf, inf, r);
-  return select(x < -1.0f, bits_to_float(0x7fc00000u), r);  // NaN stays NaN through log_f32
+  r = select(u == 0.0f, -kInf, r);  // x = -1
+  r = select(x == kInf, kInf, r);
+  return select(x < -1.0f, kNaN, r);  // NaN stays NaN through log_f32
 }
 
 // expm1: e^x - 1 = 2^k (e^r - 1) + (2^k - 1), k = round(x / ln 2), r in [-ln2/2, ln2/2], e^r - 1
@@ -189,12 +177,8 @@ EMBER_FORCEINLINE float log1p_f32(float x) {
 EMBER_FORCEINLINE float expm1_f32(float x) {
   const float xc = select(x < -30.0f, -30.0f, select(x > 88.0f, 88.0f, x));
   const auto [r, ki] = reduce_by_ln2(xc);
-  float q = 1.0f / 40320.0f;
-  q = q * r + 1.0f / 5040.0f;
-  q = q * r + 1.0f / 720.0f;
-  q = q * r + 1.0f / 120.0f;
-  q = q * r + 1.0f / 24.0f;
-  q = q * r + 1.0f / 6.0f;
+  const float q = horner(r, {1.0f / 40320.0f, 1.0f / 5040.0f, 1.0f / 720.0f, 1.0f / 120.0f,
+                             1.0f / 24.0f, 1.0f / 6.0f});
   const float r2 = r * r;
   const float em1r = r + (0.5f * r2 + r2 * r * q);
   const float s = bits_to_float(uint32_t(ki + 127) << 23);
