@@ -46,14 +46,24 @@ std::vector<float> sweep(float lo, float hi, uint32_t stride) {
   return xs;
 }
 
-TEST(FastMath, ExpIsWithinTwoUlpOverTheWholeFloatRange) {
-  double worst = 0;
-  float worst_x = 0;
-  for (float x : sweep(-104.0f, 88.72f, 4099)) {
-    const double err = ulp_error(exp_f32(x), std::exp(double(x)));
-    if (err > worst) worst = err, worst_x = x;
+// The largest ulp_error of f(x) against the double reference ref(x) over xs, and where.
+struct Worst {
+  double ulp = 0;
+  float x = 0;
+};
+template <class F, class Ref>
+Worst worst_error(const std::vector<float>& xs, F f, Ref ref) {
+  Worst w;
+  for (float x : xs) {
+    const double err = ulp_error(f(x), ref(double(x)));
+    if (err > w.ulp) w = {err, x};
   }
-  EXPECT_LE(worst, 2.0) << "at x = " << worst_x;
+  return w;
+}
+
+TEST(FastMath, ExpIsWithinTwoUlpOverTheWholeFloatRange) {
+  const Worst w = worst_error(sweep(-104.0f, 88.72f, 4099), exp_f32, [](double x) { return std::exp(x); });
+  EXPECT_LE(w.ulp, 2.0) << "at x = " << w.x;
   // Around 0, where e^x is 1 + x: the relative error stays at the float's precision.
   for (float x : {1e-30f, -1e-30f, 1e-7f, -1e-7f, 0.0f, -0.0f, 0.3466f, -0.3466f})
     EXPECT_LE(ulp_error(exp_f32(x), std::exp(double(x))), 1.0) << x;
@@ -77,15 +87,10 @@ TEST(FastMath, ExpEdges) {
 }
 
 TEST(FastMath, TanhIsWithinTwoUlpAndOdd) {
-  double worst = 0;
-  float worst_x = 0;
-  for (float x : sweep(-20.0f, 20.0f, 4099)) {
-    const float y = tanh_f32(x);
-    const double err = ulp_error(y, std::tanh(double(x)));
-    if (err > worst) worst = err, worst_x = x;
-    ASSERT_EQ(tanh_f32(-x), -y) << x;
-  }
-  EXPECT_LE(worst, 2.0) << "at x = " << worst_x;
+  const std::vector<float> xs = sweep(-20.0f, 20.0f, 4099);
+  const Worst w = worst_error(xs, tanh_f32, [](double x) { return std::tanh(x); });
+  EXPECT_LE(w.ulp, 2.0) << "at x = " << w.x;
+  for (float x : xs) ASSERT_EQ(tanh_f32(-x), -tanh_f32(x)) << x;
   // Both sides of the switch between the polynomial and the exp form.
   for (float x : {0.6249999f, 0.625f, 0.6250001f, 1e-20f, 1e-3f})
     EXPECT_LE(ulp_error(tanh_f32(x), std::tanh(double(x))), 2.0) << x;
@@ -104,15 +109,10 @@ TEST(FastMath, TanhEdges) {
 }
 
 TEST(FastMath, ErfIsWithinTwoUlpAndOdd) {
-  double worst = 0;
-  float worst_x = 0;
-  for (float x : sweep(-6.0f, 6.0f, 1031)) {
-    const float y = erf_f32(x);
-    const double err = ulp_error(y, std::erf(double(x)));
-    if (err > worst) worst = err, worst_x = x;
-    ASSERT_EQ(erf_f32(-x), -y) << x;
-  }
-  EXPECT_LE(worst, 2.0) << "at x = " << worst_x;
+  const std::vector<float> xs = sweep(-6.0f, 6.0f, 1031);
+  const Worst w = worst_error(xs, erf_f32, [](double x) { return std::erf(x); });
+  EXPECT_LE(w.ulp, 2.0) << "at x = " << w.x;
+  for (float x : xs) ASSERT_EQ(erf_f32(-x), -erf_f32(x)) << x;
   // Both sides of each switch: the small-|x| polynomial, the e^{-x^2} form, the constant 1.
   for (float x : {0.8999999f, 0.9f, 0.9000001f, 3.9199998f, 3.92f, 1e-30f, 1e-4f})
     EXPECT_LE(ulp_error(erf_f32(x), std::erf(double(x))), 2.0) << x;
@@ -126,14 +126,10 @@ TEST(FastMath, ErfIsWithinTwoUlpAndOdd) {
 
 // Every positive float (subnormals included) by bit pattern, and the special values.
 TEST(FastMath, LogIsWithinTwoUlp) {
-  double worst = 0;
-  float worst_x = 0;
-  for (uint32_t u = 1; u < 0x7f800000u; u += 997) {
-    const float x = from_bits(u);
-    const double err = ulp_error(log_f32(x), std::log(double(x)));
-    if (err > worst) worst = err, worst_x = x;
-  }
-  EXPECT_LE(worst, 2.0) << "at x = " << worst_x;
+  std::vector<float> xs;
+  for (uint32_t u = 1; u < 0x7f800000u; u += 997) xs.push_back(from_bits(u));
+  const Worst w = worst_error(xs, log_f32, [](double x) { return std::log(x); });
+  EXPECT_LE(w.ulp, 2.0) << "at x = " << w.x;
   for (float x : {1.0f, 1.41421354f, 1.41421366f, 0.70710677f, 2.0f, 1e-45f, 3.4e38f})
     EXPECT_LE(ulp_error(log_f32(x), std::log(double(x))), 2.0) << x;
   const float inf = std::numeric_limits<float>::infinity();
@@ -147,18 +143,10 @@ TEST(FastMath, LogIsWithinTwoUlp) {
 }
 
 TEST(FastMath, Log1pAndExpm1AreWithinTwoUlp) {
-  double worst_l = 0, worst_e = 0;
-  float at_l = 0, at_e = 0;
-  for (float x : sweep(-1.0f, 3e38f, 1009)) {
-    const double err = ulp_error(log1p_f32(x), std::log1p(double(x)));
-    if (err > worst_l) worst_l = err, at_l = x;
-  }
-  for (float x : sweep(-100.0f, 88.7f, 1009)) {
-    const double err = ulp_error(expm1_f32(x), std::expm1(double(x)));
-    if (err > worst_e) worst_e = err, at_e = x;
-  }
-  EXPECT_LE(worst_l, 2.0) << "log1p at x = " << at_l;
-  EXPECT_LE(worst_e, 2.0) << "expm1 at x = " << at_e;
+  const Worst wl = worst_error(sweep(-1.0f, 3e38f, 1009), log1p_f32, [](double x) { return std::log1p(x); });
+  const Worst we = worst_error(sweep(-100.0f, 88.7f, 1009), expm1_f32, [](double x) { return std::expm1(x); });
+  EXPECT_LE(wl.ulp, 2.0) << "log1p at x = " << wl.x;
+  EXPECT_LE(we.ulp, 2.0) << "expm1 at x = " << we.x;
   // Near 0 both are x to first order: relative accuracy there is the point of the functions.
   for (float x : {1e-30f, -1e-30f, 1e-8f, -1e-8f, 3e-5f, -0.34f, 0.35f, 88.5f})
     EXPECT_LE(ulp_error(expm1_f32(x), std::expm1(double(x))), 2.0) << x;
