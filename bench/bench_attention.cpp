@@ -19,9 +19,9 @@
 // FLOPs: 4*B*H*T*T*D for the forward (two GEMMs), 2.5x that for the backward (five GEMMs, one
 // of them the forward's recomputed scores), both halved for causal attention (masked cases
 // count the full T^2: their kernels visit every block); forward+backward is 3.5x. The backward alone is timed as (forward+backward) - forward, on both sides.
-// Timing: on the CPU each call is timed and the median of --steps taken (as bench_gpt); on CUDA,
-// CUDA events around back-to-back calls, the median of --steps batches (bench/gpu_timing.h); the
-// peer uses the same methods. The forward runs under NoGradGuard; forward+backward with q, k, v
+// Timing (bench_harness.h's time_calls): on the CPU each call is timed and the median of --steps
+// taken (as bench_gpt); on CUDA, CUDA events around back-to-back calls, the median of --steps
+// batches (bench/gpu_timing.h); the peer uses the same methods. The forward runs under NoGradGuard; forward+backward with q, k, v
 // requiring grad and a fixed output gradient, their gradients reset every call. On a CPU the
 // peer runs twice, with and without OPENBLAS_NUM_THREADS=1 (see bench_mnist), and each of its
 // times is the faster of the two.
@@ -43,13 +43,11 @@
 #include <CLI/CLI.hpp>
 #include <ember/ember.h>
 
-#include "gpu_timing.h"
+#include "bench_harness.h"
 
 using namespace ember;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct Case {
   std::string spec;  // as given, e.g. "16x12x1024x64c"
@@ -73,12 +71,6 @@ bool parse_case(const std::string& s, Case& c) {
   return b > 0 && h > 0 && t > 0 && d > 0;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // The keep-mask (true = take part) of a masked case, or undefined.
 Tensor keep_mask(const Case& c, Device dev) {
   if (c.mask == 'p') {
@@ -92,19 +84,6 @@ Tensor keep_mask(const Case& c, Device dev) {
     return j.le(i).to(dev);
   }
   return Tensor();
-}
-
-// Seconds per call: CUDA events (gpu_timing.h) on a GPU, else the median of timed calls.
-double time_calls(const std::function<void()>& f, Device dev, int steps, int warmup) {
-  if (dev.is_cuda()) return bench::time_gpu(f, steps, warmup);
-  for (int i = 0; i < warmup; ++i) f();
-  std::vector<double> t;
-  for (int i = 0; i < steps; ++i) {
-    const auto t0 = Clock::now();
-    f();
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return median(t);
 }
 
 struct Times {
@@ -165,7 +144,7 @@ int main(int argc, char** argv) {
                  v = randn({c.B, c.H, c.T, c.D}, o), dy = randn({c.B, c.H, c.T, c.D}, o);
     const Tensor mask = keep_mask(c, dev);
     Times& t = ember_times[i];
-    t.fwd = time_calls(
+    t.fwd = bench::time_calls(
         [&] {
           NoGradGuard no_grad;
           (void)scaled_dot_product_attention(q, k, v, mask, 0.0, c.causal);
@@ -173,7 +152,7 @@ int main(int argc, char** argv) {
         dev, steps, warmup);
     Tensor qg = q.detach().clone().requires_grad_(), kg = k.detach().clone().requires_grad_(),
            vg = v.detach().clone().requires_grad_();
-    t.fwd_bwd = time_calls(
+    t.fwd_bwd = bench::time_calls(
         [&] {
           scaled_dot_product_attention(qg, kg, vg, mask, 0.0, c.causal).backward(dy);
           qg.set_grad(Tensor());

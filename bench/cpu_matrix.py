@@ -15,13 +15,17 @@ import sys
 def cpu_model():
     try:
         with open("/proc/cpuinfo") as f:
-            info = dict(line.split(":", 1) for line in f if ":" in line)
-        keys = {k.strip(): v.strip() for k, v in info.items()}
-        return "%s (family %s model %s), %d cores" % (
-            keys.get("model name", "?"), keys.get("cpu family", "?"), keys.get("model", "?"),
-            sum(1 for _ in open("/proc/cpuinfo") if _.startswith("processor")))
+            lines = f.read().splitlines()
     except OSError:
         return platform.processor() or "unknown CPU"
+    keys = {}
+    for line in lines:
+        if ":" in line:
+            k, v = line.split(":", 1)
+            keys.setdefault(k.strip(), v.strip())  # the first processor's entry
+    cores = sum(1 for line in lines if line.startswith("processor"))
+    return "%s (family %s model %s), %d cores" % (
+        keys.get("model name", "?"), keys.get("cpu family", "?"), keys.get("model", "?"), cores)
 
 
 def results(doc):
