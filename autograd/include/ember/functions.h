@@ -187,6 +187,21 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Te
 // nullopt = the machine epsilon of x's dtype. Autocast: layer_norm's policy (f32).
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                 std::optional<double> eps = std::nullopt);
+// ---- Llama ops (autograd/src/rope.cpp, swiglu.cpp; fused forward and backward kernels) ----
+// Rotary position embeddings, Hugging Face Llama's rotate_half form: x [B, T, H, D] (any
+// strides, D even), cos and sin [T, D/2] (f32, or f64 for an f64 x; narrow the tables to the
+// positions of x, e.g. past .. past + T for a KV-cache step). For i < D/2, c = cos[t, i],
+// s = sin[t, i]: out[..., i] = x_i c - x_{i+D/2} s, out[..., i+D/2] = x_{i+D/2} c + x_i s.
+// Contiguous output in x's dtype. cos/sin are constants: if one requires grad (grad mode on)
+// the op throws NotImplementedError. Autocast: runs in x's dtype.
+Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin);
+// The tables rotary_embedding reads, [max_positions, head_dim / 2]: angle[t, i] = t *
+// theta^(-2i / head_dim), computed in f64 and cast to options' dtype on its device.
+std::pair<Tensor, Tensor> rope_cos_sin(int64_t max_positions, int64_t head_dim,
+                                       double theta = 10000.0, TensorOptions options = {});
+// SwiGLU: silu(gate) * up over equal shapes (any strides; different floating dtypes promote),
+// in one fused pass; its backward writes both gradients in one pass. Autocast: inputs' dtype.
+Tensor swiglu(const Tensor& gate, const Tensor& up);
 // weight [V, D], indices of any shape (i64 or i32) -> [..., D].
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 // Fused attention softmax(scale * q k^T [+ causal mask]) v over q [B, H, Tq, D] and k, v
