@@ -1,5 +1,6 @@
-// ember::io: safetensors files and atomic training checkpoints.
+// ember::io: safetensors files, atomic training checkpoints, Hugging Face GPT-2 folders.
 #pragma once
 
 #include "ember/io/checkpoint.h"
+#include "ember/io/pretrained.h"
 #include "ember/io/safetensors.h"
