@@ -1,5 +1,6 @@
-// gpt: train GPT-2 (the `tiny` preset on a CPU, `gpt2-small` = 124M on a GPU) on token shards,
-// or sample from a saved model. The whole loop a user would write: TokenShards batches,
+// gpt: train GPT-2 (the `tiny` preset on a CPU, `gpt2-small` = 124M on a GPU) or a Llama
+// (`--arch llama`: `tiny` on a CPU, `llama-100m` on a GPU) on token shards, fine-tune a
+// pretrained Hugging Face GPT-2 (`--init-from DIR`), or sample from a saved model. The whole loop a user would write: TokenShards batches,
 // gradient accumulation, autocast (+ GradScaler for fp16), gradient clipping, AdamW with
 // warmup + cosine decay, data parallel over mpirun ranks, validation, samples from a KV-cache
 // generator, crash-safe checkpoints, metrics, and a final `result: {json}` line.
@@ -10,7 +11,11 @@
 //                 --total-batch-tokens 524288 --steps 5000 --checkpoint runs/gpt2
 //   build/bin/gpt --preset gpt2-small --device cuda --amp bf16 --cuda-graph ...  # replayed step
 //   mpirun -np 2 build/bin/gpt --ddp ...                              # one rank per GPU/CPU
+//   build/bin/gpt --arch llama                                        # llama-tiny, CPU
+//   build/bin/gpt --arch llama --preset llama-100m --device cuda --amp bf16 ...
+//   build/bin/gpt --init-from gpt2 --lr 1e-4 --steps 100               # fine-tune HF's gpt2
 //   build/bin/gpt --generate --checkpoint runs/gpt2 --prompt "The jury said"
+//   build/bin/gpt --generate --init-from gpt2 --prompt "The jury said" --top-p 0.9
 //
 // Per step: --total-batch-tokens / (B * T * ranks) micro-batches of B x T tokens on each rank,
 // their mean loss backpropagated (DDP reduces only after the last one: no_sync), the gradient
@@ -45,7 +50,8 @@ struct Config {
   std::string data = "data/brown_tokens/brown_train_*.bin";
   std::string val_data = "data/brown_tokens/brown_val_*.bin";
   std::string tokenizer = "data/gpt2";
-  std::string preset = "tiny", device = "cpu", amp = "off", checkpoint, out;
+  std::string arch = "gpt", preset = "tiny", device = "cpu", amp = "off", checkpoint, out;
+  std::string init_from;  // a Hugging Face GPT-2 folder (config.json + model.safetensors)
   int64_t batch_size = 8, seq_len = 0, total_batch_tokens = 0, steps = 200, warmup_steps = 20;
   int64_t eval_every = 50, eval_steps = 10, sample_every = 100, sample_tokens = 64;
   int64_t checkpoint_every = 0, log_every = 10;
@@ -57,7 +63,7 @@ struct Config {
   bool generate = false;
   std::string prompt;
   int64_t max_new_tokens = 100, top_k = 40;
-  double temperature = 1.0;
+  double temperature = 1.0, top_p = 1.0;
 };
 
 // Dense bf16 tensor-core FLOP per SM per clock: sm_80 (A100) 2048, sm_90 (H100/H200) 4096.
@@ -71,9 +77,25 @@ double peak_bf16_flops(Device dev) {
 
 // Training FLOPs per token (nanoGPT's estimate_mfu, PaLM appendix B): 6 N for the weights
 // plus 12 L C T for the attention scores and values (forward and backward).
-double flops_per_token(const nn::GPT& model, int64_t seq_len) {
-  const nn::GPTConfig& c = model.config;
-  return 6.0 * double(model.num_parameters()) + 12.0 * double(c.n_layer * c.n_embd * seq_len);
+double flops_per_token(const nn::CausalLM& model, int64_t seq_len) {
+  return 6.0 * double(model.num_parameters()) + 12.0 * double(model.n_layer() * model.n_embd() * seq_len);
+}
+
+// The preset's full name: --arch llama takes "tiny" as llama-tiny.
+std::string preset_name(const std::string& arch, const std::string& preset) {
+  return arch == "llama" && preset == "tiny" ? "llama-tiny" : preset;
+}
+
+// A fresh model of `arch` and `preset`, or (init_from non-empty) the pretrained GPT-2 there.
+std::unique_ptr<nn::CausalLM> make_model(const std::string& arch, const std::string& preset,
+                                         const std::string& init_from) {
+  if (!init_from.empty()) {
+    EMBER_CHECK(arch == "gpt", ValueError, "[gpt] --init-from reads GPT-2 checkpoints only, not --arch ", arch);
+    return io::gpt2_from_pretrained(init_from);
+  }
+  if (arch == "llama") return std::make_unique<nn::Llama>(nn::LlamaConfig::preset(preset_name(arch, preset)));
+  EMBER_CHECK(preset.rfind("llama", 0) != 0, ValueError, "[gpt] --preset ", preset, " needs --arch llama");
+  return std::make_unique<nn::GPT>(nn::GPTConfig::preset(preset));
 }
 
 std::optional<data::GPT2Tokenizer> load_tokenizer(const std::string& dir) {
@@ -83,38 +105,48 @@ std::optional<data::GPT2Tokenizer> load_tokenizer(const std::string& dir) {
 
 // Samples `tokens` tokens after `prompt` (the end-of-text token when empty) with a generator
 // of its own, so sampling never changes the training run's random numbers.
-std::string sample_text(const nn::GPT& model, const data::GPT2Tokenizer& tok, std::vector<int32_t> prompt,
-                        int64_t tokens, double temperature, int64_t top_k, uint64_t seed, Device dev) {
+// The text ends at the end-of-text token (not printed) or after `tokens` tokens.
+std::string sample_text(const nn::CausalLM& model, const data::GPT2Tokenizer& tok, std::vector<int32_t> prompt,
+                        nn::GenerationConfig options, uint64_t seed) {
   if (prompt.empty()) prompt.push_back(tok.eot_token());
-  std::vector<int64_t> ids(prompt.begin(), prompt.end());
-  Tensor idx = tensor(ids, {int64_t(ids.size())}).to(dev);
   Generator gen(seed);
-  Tensor out = model.generate(idx, tokens, temperature, top_k, &gen).to(Device::cpu());
+  options.generator = &gen;
+  options.stop_token = tok.eot_token();
+  const std::vector<int64_t> out = model.generate({std::vector<int64_t>(prompt.begin(), prompt.end())}, options)[0];
   std::vector<int32_t> generated;
-  const int64_t* p = out.contiguous().data_ptr<int64_t>();
-  for (int64_t i = int64_t(prompt.size()); i < out.numel(); ++i) {
-    if (p[i] >= int64_t(tok.vocab_size())) continue;  // a padded id: never sampled, but be safe
-    generated.push_back(int32_t(p[i]));
+  for (size_t i = prompt.size(); i < out.size(); ++i) {
+    if (out[i] == tok.eot_token() || out[i] >= int64_t(tok.vocab_size())) continue;
+    generated.push_back(int32_t(out[i]));
   }
   return tok.decode(generated);
 }
 
+// Samples from the latest checkpoint in --checkpoint (the model it was trained from rebuilt from
+// its meta), or from the pretrained folder --init-from when no --checkpoint is given.
 int generate(const Config& cfg) {
-  EMBER_CHECK(!cfg.checkpoint.empty(), ValueError, "[gpt] --generate needs --checkpoint DIR");
+  EMBER_CHECK(!cfg.checkpoint.empty() || !cfg.init_from.empty(), ValueError,
+              "[gpt] --generate needs --checkpoint DIR or --init-from DIR");
   const Device dev = cfg.device == "cuda" ? Device::cuda(0) : Device::cpu();
-  std::optional<io::Checkpoint> ckpt = io::load_latest_checkpoint(cfg.checkpoint, dev);
-  EMBER_CHECK(ckpt.has_value(), IOError, "[gpt] --checkpoint ", cfg.checkpoint, " holds no checkpoint");
   std::optional<data::GPT2Tokenizer> tok = load_tokenizer(cfg.tokenizer);
   EMBER_CHECK(tok.has_value(), IOError, "[gpt] --tokenizer ", cfg.tokenizer,
               " has no encoder.json (run: bash scripts/fetch_data.sh gpt2)");
-  nn::GPT model(nn::GPTConfig::preset(ckpt->meta.at("preset")));
-  model.load_state_dict(ckpt->model);
-  model.to(dev);
-  model.eval();
-  std::printf("%s%s\n", cfg.prompt.c_str(),
-              sample_text(model, *tok, tok->encode(cfg.prompt), cfg.max_new_tokens, cfg.temperature,
-                          cfg.top_k, cfg.seed, dev)
-                  .c_str());
+  std::unique_ptr<nn::CausalLM> model;
+  if (!cfg.checkpoint.empty()) {
+    std::optional<io::Checkpoint> ckpt = io::load_latest_checkpoint(cfg.checkpoint, dev);
+    EMBER_CHECK(ckpt.has_value(), IOError, "[gpt] --checkpoint ", cfg.checkpoint, " holds no checkpoint");
+    auto meta = [&](const std::string& key, const std::string& fallback) {
+      return ckpt->meta.count(key) ? ckpt->meta.at(key) : fallback;
+    };
+    model = make_model(meta("arch", "gpt"), meta("preset", "tiny"), meta("init_from", ""));
+    model->load_state_dict(ckpt->model);
+  } else {
+    model = make_model(cfg.arch, cfg.preset, cfg.init_from);
+  }
+  model->to(dev);
+  model->eval();
+  const nn::GenerationConfig options{.max_new_tokens = cfg.max_new_tokens, .temperature = cfg.temperature,
+                                     .top_k = cfg.top_k, .top_p = cfg.top_p};
+  std::printf("%s%s\n", cfg.prompt.c_str(), sample_text(*model, *tok, tok->encode(cfg.prompt), options, cfg.seed).c_str());
   return 0;
 }
 
@@ -127,12 +159,14 @@ int train(const Config& cfg) {
   manual_seed(cfg.seed);
 
   // ---- model, shapes, optimizer ----
-  nn::GPT model(nn::GPTConfig::preset(cfg.preset));
+  std::unique_ptr<nn::CausalLM> model_ptr = make_model(cfg.arch, cfg.preset, cfg.init_from);
+  nn::CausalLM& model = *model_ptr;
+  const std::string preset = cfg.init_from.empty() ? preset_name(cfg.arch, cfg.preset) : "init_from";
   model.recompute = cfg.recompute;
   model.to(dev);
-  const int64_t B = cfg.batch_size, T = cfg.seq_len > 0 ? cfg.seq_len : model.config.block_size;
-  EMBER_CHECK(T <= model.config.block_size, ValueError, "[gpt] --seq-len ", T,
-              " exceeds the block size ", model.config.block_size, " of --preset ", cfg.preset);
+  const int64_t B = cfg.batch_size, T = cfg.seq_len > 0 ? cfg.seq_len : model.block_size();
+  EMBER_CHECK(T <= model.block_size(), ValueError, "[gpt] --seq-len ", T, " exceeds the block size ",
+              model.block_size(), " of the model (", preset, ")");
   const int64_t tokens_per_micro = B * T * world;
   const int64_t total_batch = cfg.total_batch_tokens > 0 ? cfg.total_batch_tokens : tokens_per_micro;
   EMBER_CHECK(total_batch % tokens_per_micro == 0, ValueError, "[gpt] --total-batch-tokens ", total_batch,
@@ -142,12 +176,12 @@ int train(const Config& cfg) {
 
   data::TokenShards train_data(cfg.data, {.batch_size = B, .seq_len = T, .shuffle = true, .seed = cfg.seed,
                                           .rank = rank, .world_size = world,
-                                          .vocab_size = model.config.vocab_size});
+                                          .vocab_size = model.vocab_size()});
   std::optional<data::TokenShards> val_data;
   if (cfg.eval_every > 0 && !cfg.val_data.empty())
     val_data.emplace(cfg.val_data, data::TokenShardsOptions{.batch_size = B, .seq_len = T, .shuffle = false,
                                                             .seed = 0, .rank = rank, .world_size = world,
-                                                            .vocab_size = model.config.vocab_size});
+                                                            .vocab_size = model.vocab_size()});
   // A folder given as --data takes every shard in it, gpt-prepare's val shards included: the
   // validation loss would then measure memorized text. Refuse any shard in both sets.
   if (val_data)
@@ -180,11 +214,17 @@ int train(const Config& cfg) {
   if (cfg.resume) {
     EMBER_CHECK(!cfg.checkpoint.empty(), ValueError, "[gpt] --resume needs --checkpoint DIR");
     if (auto ckpt = io::load_latest_checkpoint(cfg.checkpoint, dev)) {
-      for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
-               {"preset", cfg.preset}, {"seq_len", std::to_string(T)},
-               {"total_batch_tokens", std::to_string(total_batch)}})
-        EMBER_CHECK(ckpt->meta[key] == value, ValueError, "[gpt] the checkpoint in ", cfg.checkpoint,
-                    " has ", key, " ", ckpt->meta[key], ", this run ", value);
+      const std::vector<std::pair<std::string, std::string>> run{
+               {"arch", cfg.arch}, {"preset", preset}, {"init_from", cfg.init_from},
+               {"seq_len", std::to_string(T)},
+               {"total_batch_tokens", std::to_string(total_batch)}};
+      for (const auto& [key, value] : run) {
+        // Checkpoints from before --arch / --init-from hold a GPT from a preset.
+        const auto it = ckpt->meta.find(key);
+        const std::string saved = it != ckpt->meta.end() ? it->second : key == "arch" ? "gpt" : "";
+        EMBER_CHECK(saved == value, ValueError, "[gpt] the checkpoint in ", cfg.checkpoint, " has ", key, " ",
+                    saved, ", this run ", value);
+      }
       model.load_state_dict(ckpt->model);
       opt.load_state_dict(ckpt->optimizer);
       schedule.load_state_dict(ckpt->scheduler);
@@ -213,7 +253,8 @@ int train(const Config& cfg) {
     ckpt.scheduler = schedule.state_dict();
     ckpt.step = at_step;
     ckpt.rng = default_generator(Device::cpu()).get_state();
-    ckpt.meta = {{"preset", cfg.preset},          {"seq_len", std::to_string(T)},
+    ckpt.meta = {{"arch", cfg.arch},              {"preset", preset},
+                 {"init_from", cfg.init_from},      {"seq_len", std::to_string(T)},
                  {"batch_size", std::to_string(B)}, {"total_batch_tokens", std::to_string(total_batch)},
                  {"seed", std::to_string(cfg.seed)}, {"train_loss", std::to_string(loss)},
                  {"amp", cfg.amp},                   {"data_position", std::to_string(train_data.position())}};
@@ -258,7 +299,7 @@ int train(const Config& cfg) {
   const double peak = peak_bf16_flops(dev), flops_token = flops_per_token(model, T);
   std::printf("gpt: %s (%lld parameters) on %s%s, %lld train tokens, batch %lld x %lld x %d ranks x %lld "
               "micro-steps = %lld tokens/step, AdamW lr %g -> %g, %lld steps\n",
-              cfg.preset.c_str(), (long long)model.num_parameters(), dev.is_cuda() ? "cuda" : "cpu",
+              (cfg.arch + " " + preset).c_str(), (long long)model.num_parameters(), dev.is_cuda() ? "cuda" : "cpu",
               use_amp ? (" with " + cfg.amp + " autocast").c_str() : "", (long long)train_data.num_tokens(),
               (long long)B, (long long)T, world, (long long)accum, (long long)total_batch, cfg.lr, min_lr,
               (long long)cfg.steps);
@@ -364,7 +405,9 @@ int train(const Config& cfg) {
     }
     if (tokenizer && cfg.sample_every > 0 && (step % cfg.sample_every == 0 || last)) {
       model.eval();
-      const std::string text = sample_text(model, *tokenizer, {}, cfg.sample_tokens, 1.0, 40, cfg.seed + uint64_t(step), dev);
+      const std::string text = sample_text(model, *tokenizer, {},
+                                           {.max_new_tokens = cfg.sample_tokens, .temperature = 1.0, .top_k = 40},
+                                           cfg.seed + uint64_t(step));
       model.train();
       std::printf("%s--- sample at step %lld ---\n%s\n---\n", isatty(fileno(stdout)) ? "\n" : "",
                   (long long)step, text.c_str());
@@ -375,14 +418,15 @@ int train(const Config& cfg) {
   bar.finish();
   save(step, last_loss);
   if (rank != 0) return 0;
-  if (metrics) metrics->write_svg("ember gpt (" + cfg.preset + ")");
+  if (metrics) metrics->write_svg("ember gpt (" + cfg.arch + " " + preset + ")");
   const double tokens_per_s = train_seconds > 0 ? double(trained_steps * total_batch) / train_seconds : 0;
   examples::ResultLine line;
   line.num("train_loss", last_loss)
       .num("val_loss", last_val)
       .num("tokens_per_s", tokens_per_s)
       .num("steps", double(step))
-      .text("preset", cfg.preset)
+      .text("arch", cfg.arch)
+      .text("preset", preset)
       .text("device", cfg.device)
       .text("amp", cfg.amp)
       .num("ranks", world);
@@ -409,8 +453,13 @@ int main(int argc, char** argv) {
   app.add_option("--data", cfg.data, "training shards: a .bin file, a folder, or a pattern like dir/x_train_*.bin");
   app.add_option("--val-data", cfg.val_data, "validation shards ('' for none)");
   app.add_option("--tokenizer", cfg.tokenizer, "folder with GPT-2's encoder.json and vocab.bpe (samples)");
-  app.add_option("--preset", cfg.preset, "model size: tiny or gpt2-small (124M)")
-      ->check(CLI::IsMember({"tiny", "gpt2-small", "gpt2"}));
+  app.add_option("--arch", cfg.arch, "architecture: gpt (GPT-2) or llama (RMSNorm, RoPE, SwiGLU, GQA)")
+      ->check(CLI::IsMember({"gpt", "llama"}));
+  app.add_option("--preset", cfg.preset,
+                 "model size: tiny or gpt2-small (124M); with --arch llama: tiny (llama-tiny) or llama-100m")
+      ->check(CLI::IsMember({"tiny", "gpt2-small", "gpt2", "llama-tiny", "llama-100m"}));
+  app.add_option("--init-from", cfg.init_from,
+                 "start from a Hugging Face GPT-2 folder (config.json + model.safetensors; replaces --preset)");
   app.add_option("--batch-size", cfg.batch_size, "sequences per micro-batch on each rank")->check(positive_count);
   app.add_option("--seq-len", cfg.seq_len, "tokens per sequence (default: the preset's block size)")
       ->check(positive_count);
@@ -449,13 +498,16 @@ int main(int argc, char** argv) {
                  "profile N steps after 2 warm-up steps: print the op table, write <out>/trace.json, stop")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--deterministic", cfg.deterministic, "ember::set_deterministic(true)");
-  app.add_flag("--generate", cfg.generate, "sample from the latest checkpoint in --checkpoint instead of training");
+  app.add_flag("--generate", cfg.generate,
+               "sample from the latest checkpoint in --checkpoint (or from --init-from) instead of training");
   app.add_option("--prompt", cfg.prompt, "--generate: the text to continue");
   app.add_option("--max-new-tokens", cfg.max_new_tokens, "--generate: tokens to sample")->check(positive_count);
   app.add_option("--temperature", cfg.temperature, "--generate: softmax temperature (0: greedy)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--top-k", cfg.top_k, "--generate: sample among the k likeliest tokens (0: all)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--top-p", cfg.top_p, "--generate: sample among the likeliest tokens holding this probability")
+      ->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
   ember::set_deterministic(cfg.deterministic);
   if (cfg.cuda_graph && (cfg.device != "cuda" || cfg.ddp || cfg.generate)) {

@@ -205,96 +205,9 @@ Tensor GPT::forward(const Tensor& idx, const Tensor& targets) const {
                                  {.ignore_index = -1, .num_classes = V});
 }
 
-Tensor GPT::generate(const Tensor& prompt, int64_t max_new_tokens, double temperature,
-                     int64_t top_k, Generator* gen) const {
-  EMBER_CHECK((prompt.dim() == 1 || prompt.dim() == 2) && is_integral(prompt.dtype()) &&
-                  prompt.numel() > 0,
-              ShapeError, "[GPT::generate] expects integer token ids [B, T] or [T], got ",
-              prompt.dtype(), " ", prompt.sizes());
-  EMBER_CHECK(max_new_tokens >= 0, ValueError, "[GPT::generate] max_new_tokens must be >= 0");
-  NoGradGuard no_grad;
-  const bool batched = prompt.dim() == 2;
-  const Tensor p = batched ? prompt : prompt.unsqueeze(0);
-  const int64_t B = p.sizes()[0], V = config.vocab_size;
-  std::vector<std::vector<int64_t>> seqs(static_cast<size_t>(B));
-  {
-    const std::vector<int64_t> flat = p.to(Device::cpu(), DType::i64).to_vector<int64_t>();
-    const int64_t T = p.sizes()[1];
-    for (int64_t b = 0; b < B; ++b)
-      seqs[size_t(b)].assign(flat.begin() + b * T, flat.begin() + (b + 1) * T);
-  }
-  Generator& g = gen ? *gen : default_generator(Device::cpu());
-  KVCache cache;
-  Tensor next;  // the tokens to feed: [B, T_new]
-  auto context = [&](int64_t len) {  // the last `len` tokens of every sequence
-    std::vector<int64_t> ids;
-    for (auto& s : seqs) ids.insert(ids.end(), s.end() - len, s.end());
-    return tensor<int64_t>(ids, {B, len}).to(p.device());
-  };
-  const int64_t T0 = int64_t(seqs[0].size());
-  next = context(std::min(T0, config.block_size));
-  for (int64_t step = 0; step < max_new_tokens; ++step) {
-    if (cache.length() + next.sizes()[1] > config.block_size) {  // crop and rebuild
-      cache.clear();
-      next = context(config.block_size);
-    }
-    Tensor logits = forward(next, cache);  // [B, T_new, padded]
-    const int64_t Tn = logits.sizes()[1];
-    Tensor last = logits.select(1, Tn - 1).narrow(1, 0, V).to(Device::cpu(), DType::f64);
-    const std::vector<double> lv = last.contiguous().to_vector<double>();
-    const std::vector<double> u = rand({B}, DType::f64, &g).to_vector<double>();
-    std::vector<int64_t> chosen(static_cast<size_t>(B));
-    for (int64_t b = 0; b < B; ++b) {
-      std::vector<double> row(lv.begin() + b * V, lv.begin() + (b + 1) * V);
-      int64_t pick = 0;
-      if (temperature <= 0) {
-        pick = int64_t(std::max_element(row.begin(), row.end()) - row.begin());
-      } else {
-        double cut = -std::numeric_limits<double>::infinity();
-        if (top_k > 0 && top_k < V) {
-          std::vector<double> sorted = row;
-          std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(),
-                           std::greater<double>());
-          cut = sorted[size_t(top_k - 1)];
-        }
-        const double mx = *std::max_element(row.begin(), row.end());
-        double total = 0;
-        for (double& x : row) {
-          x = x < cut ? 0.0 : std::exp((x - mx) / temperature);
-          total += x;
-        }
-        const double target = u[size_t(b)] * total;
-        double acc = 0;
-        pick = V - 1;
-        for (int64_t c = 0; c < V; ++c) {
-          acc += row[size_t(c)];
-          if (acc > target && row[size_t(c)] > 0) {
-            pick = c;
-            break;
-          }
-        }
-        while (row[size_t(pick)] <= 0 && pick > 0) --pick;  // rounding at the top end
-      }
-      chosen[size_t(b)] = pick;
-      seqs[size_t(b)].push_back(pick);
-    }
-    next = tensor<int64_t>(chosen, {B, 1}).to(p.device());
-  }
-  std::vector<int64_t> all;
-  for (auto& s : seqs) all.insert(all.end(), s.begin(), s.end());
-  Tensor out = tensor<int64_t>(all, {B, int64_t(seqs[0].size())}).to(p.device());
-  return batched ? out : out.squeeze(0);
-}
-
 int64_t GPT::num_parameters(bool non_embedding) const {
   const int64_t n = Module::num_parameters();
   return non_embedding ? n - wpe.weight.numel() : n;
-}
-
-std::pair<std::vector<Tensor>, std::vector<Tensor>> GPT::decay_and_no_decay_parameters() const {
-  std::pair<std::vector<Tensor>, std::vector<Tensor>> out;
-  for (const Tensor& p : parameters()) (p.dim() >= 2 ? out.first : out.second).push_back(p);
-  return out;
 }
 
 }  // namespace ember::nn

@@ -35,13 +35,9 @@
 #include <utility>
 #include <vector>
 
+#include "ember/nn/causal_lm.h"
 #include "ember/nn/layers.h"
 #include "ember/random.h"
-
-namespace ember::optim {
-template <class Options>
-struct ParamGroup;  // ember/optim/optimizer.h (optim sits beside nn, not below it)
-}
 
 namespace ember::nn {
 
@@ -54,16 +50,6 @@ struct GPTConfig {
   // padded to 50304. "tiny": 2 layers, 2 heads, 64 wide, block 64, same vocabulary.
   // Throws ValueError for other names.
   static GPTConfig preset(std::string_view name);
-};
-
-// Per-layer keys and values [B, H, T_past, D] of the tokens seen so far.
-struct KVCache {
-  std::vector<Tensor> k, v;
-  int64_t length() const { return k.empty() || !k[0].defined() ? 0 : k[0].sizes()[2]; }
-  void clear() {
-    k.clear();
-    v.clear();
-  }
 };
 
 class CausalSelfAttention : public Module {
@@ -101,61 +87,36 @@ class Block : public Module {
   MLP mlp;
 };
 
-class GPT : public Module {
+// Generation (generate), the optimizer groups (configure_optimizer_groups) and recompute
+// come from nn::CausalLM.
+class GPT : public CausalLM {
  public:
   explicit GPT(const GPTConfig& config, Generator* gen = nullptr);
 
+  using CausalLM::forward;
   // idx [B, T] integer tokens (T <= block_size) -> logits [B, T, padded_vocab_size].
-  Tensor forward(const Tensor& idx) const;
+  Tensor forward(const Tensor& idx) const override;
   // Mean cross-entropy of the logits' first vocab_size columns against targets [B, T];
   // targets equal to -1 are ignored (nanoGPT's convention); any other target outside
   // [0, vocab_size) is an IndexError (on CUDA raised at the next synchronization, Note
   // [deferred device checks]). The lm_head GEMM and the loss run as one fused op
   // (linear_cross_entropy): no f32 copy of the logits is made.
-  Tensor forward(const Tensor& idx, const Tensor& targets) const;
+  Tensor forward(const Tensor& idx, const Tensor& targets) const override;
   // The new tokens idx [B, T_new] after the cache's T_past tokens (T_past + T_new <=
   // block_size); appends their keys/values to the cache. Logits [B, T_new, padded_vocab].
-  Tensor forward(const Tensor& idx, KVCache& cache) const;
-
-  // Appends max_new_tokens sampled tokens to prompt [B, T] (or [T]) and returns [B, T + n]
-  // (or [T + n]). Each step: the last logits over the real vocabulary / temperature, only
-  // the top_k largest kept (top_k <= 0: all), softmax, one draw from gen (the default CPU
-  // generator when null); temperature <= 0 picks the argmax. Runs without grad through the
-  // KV cache; when the sequence outgrows block_size the context is cropped to the last
-  // block_size tokens (nanoGPT) and the cache rebuilt. Dropout applies in training mode:
-  // call eval() first.
-  Tensor generate(const Tensor& prompt, int64_t max_new_tokens, double temperature = 1.0,
-                  int64_t top_k = 0, Generator* gen = nullptr) const;
+  Tensor forward(const Tensor& idx, KVCache& cache) const override;
 
   // Distinct parameter elements; non_embedding leaves out the position embeddings (nanoGPT's
   // get_num_params default). The tied token embedding is always counted (once).
-  int64_t num_parameters(bool non_embedding = true) const;
+  int64_t num_parameters(bool non_embedding = true) const override;
 
-  // Parameters that take weight decay (2-D and up: Linear weights, embeddings) and those
-  // that do not (biases, LayerNorm), each tensor once.
-  std::pair<std::vector<Tensor>, std::vector<Tensor>> decay_and_no_decay_parameters() const;
-  // Two optimizer groups from `options`: the decayed parameters with weight_decay, the others
-  // with 0 (nanoGPT's configure_optimizers). Options is an optim options struct
-  // (optim::AdamWOptions, ...); include <ember/optim.h> where this is called.
-  template <class Options>
-  std::vector<optim::ParamGroup<Options>> configure_optimizer_groups(double weight_decay,
-                                                                     Options options = {}) const {
-    auto [decay, no_decay] = decay_and_no_decay_parameters();
-    Options with = options, without = options;
-    with.weight_decay = weight_decay;
-    without.weight_decay = 0;
-    std::vector<optim::ParamGroup<Options>> groups;
-    groups.push_back({std::move(decay), with});
-    groups.push_back({std::move(no_decay), without});
-    return groups;
-  }
-
+  int64_t block_size() const override { return config.block_size; }
+  int64_t vocab_size() const override { return config.vocab_size; }
+  int64_t n_layer() const override { return config.n_layer; }
+  int64_t n_embd() const override { return config.n_embd; }
   std::string type_name() const override { return "GPT"; }
 
   GPTConfig config;
-  // Wrap each block in autograd::checkpoint: activations inside a block are recomputed in
-  // backward instead of kept (less memory, one more forward of each block).
-  bool recompute = false;
   Embedding wte, wpe;
   Module h;  // children "0", "1", ...: the blocks
   std::vector<std::shared_ptr<Block>> blocks;
