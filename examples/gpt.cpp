@@ -13,7 +13,7 @@
 //   mpirun -np 2 build/bin/gpt --ddp ...                              # one rank per GPU/CPU
 //   build/bin/gpt --arch llama                                        # llama-tiny, CPU
 //   build/bin/gpt --arch llama --preset llama-100m --device cuda --amp bf16 ...
-//   build/bin/gpt --init-from gpt2 --lr 1e-4 --steps 100               # fine-tune HF's gpt2
+//   build/bin/gpt --init-from gpt2 --lr 1e-4 --steps 100 --save-pretrained gpt2-ft  # fine-tune HF's gpt2
 //   build/bin/gpt --generate --checkpoint runs/gpt2 --prompt "The jury said"
 //   build/bin/gpt --generate --init-from gpt2 --prompt "The jury said" --top-p 0.9
 //
@@ -51,7 +51,8 @@ struct Config {
   std::string val_data = "data/brown_tokens/brown_val_*.bin";
   std::string tokenizer = "data/gpt2";
   std::string arch = "gpt", preset = "tiny", device = "cpu", amp = "off", checkpoint, out;
-  std::string init_from;  // a Hugging Face GPT-2 folder (config.json + model.safetensors)
+  std::string init_from;        // a Hugging Face GPT-2 folder (config.json + model.safetensors)
+  std::string save_pretrained;  // write the trained GPT-2 there, in that layout
   int64_t batch_size = 8, seq_len = 0, total_batch_tokens = 0, steps = 200, warmup_steps = 20;
   int64_t eval_every = 50, eval_steps = 10, sample_every = 100, sample_tokens = 64;
   int64_t checkpoint_every = 0, log_every = 10;
@@ -159,6 +160,8 @@ int train(const Config& cfg) {
   manual_seed(cfg.seed);
 
   // ---- model, shapes, optimizer ----
+  EMBER_CHECK(cfg.save_pretrained.empty() || cfg.arch == "gpt", ValueError,
+              "[gpt] --save-pretrained writes GPT-2 folders only, not --arch ", cfg.arch);
   std::unique_ptr<nn::CausalLM> model_ptr = make_model(cfg.arch, cfg.preset, cfg.init_from);
   nn::CausalLM& model = *model_ptr;
   const std::string preset = cfg.init_from.empty() ? preset_name(cfg.arch, cfg.preset) : "init_from";
@@ -418,6 +421,10 @@ int train(const Config& cfg) {
   bar.finish();
   save(step, last_loss);
   if (rank != 0) return 0;
+  if (!cfg.save_pretrained.empty()) {
+    io::save_pretrained(dynamic_cast<const nn::GPT&>(model), cfg.save_pretrained);
+    std::printf("saved a Hugging Face GPT-2 folder: %s\n", cfg.save_pretrained.c_str());
+  }
   if (metrics) metrics->write_svg("ember gpt (" + cfg.arch + " " + preset + ")");
   const double tokens_per_s = train_seconds > 0 ? double(trained_steps * total_batch) / train_seconds : 0;
   examples::ResultLine line;
@@ -460,6 +467,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"tiny", "gpt2-small", "gpt2", "llama-tiny", "llama-100m"}));
   app.add_option("--init-from", cfg.init_from,
                  "start from a Hugging Face GPT-2 folder (config.json + model.safetensors; replaces --preset)");
+  app.add_option("--save-pretrained", cfg.save_pretrained,
+                 "after training, write the model as a Hugging Face GPT-2 folder (transformers loads it)");
   app.add_option("--batch-size", cfg.batch_size, "sequences per micro-batch on each rank")->check(positive_count);
   app.add_option("--seq-len", cfg.seq_len, "tokens per sequence (default: the preset's block size)")
       ->check(positive_count);
