@@ -67,15 +67,25 @@ double calculate_gain(Nonlinearity nonlinearity, double param) {
   return 1.0;
 }
 
+namespace {
+thread_local bool skip_init = false;
+}  // namespace
+
+SkipInitGuard::SkipInitGuard() : previous_(skip_init) { skip_init = true; }
+SkipInitGuard::~SkipInitGuard() { skip_init = previous_; }
+bool init_skipped() { return skip_init; }
+
 Tensor& uniform_(Tensor& t, double low, double high, Generator* gen) {
   check("uniform_", t);
   EMBER_CHECK(low <= high, ValueError, "[uniform_] low ", low, " is above high ", high);
+  if (skip_init) return t;
   return assign(t, rand(t.sizes(), kHostF64, gen) * (high - low) + low);
 }
 
 Tensor& normal_(Tensor& t, double mean, double std, Generator* gen) {
   check("normal_", t);
   EMBER_CHECK(std >= 0, ValueError, "[normal_] std must be >= 0, got ", std);
+  if (skip_init) return t;
   return assign(t, randn(t.sizes(), kHostF64, gen) * std + mean);
 }
 
@@ -87,6 +97,7 @@ Tensor& trunc_normal_(Tensor& t, double mean, double std, double a, double b, Ge
   const double l = cdf((a - mean) / std), u = cdf((b - mean) / std);
   EMBER_CHECK(u > l, ValueError, "[trunc_normal_] [", a, ", ", b, "] holds no mass of N(", mean, ", ",
               std, ") in double precision");
+  if (skip_init) return t;
   std::vector<double> v = rand(t.sizes(), kHostF64, gen).to_vector<double>();
   for (double& x : v) {
     const double y = (2 * l - 1) + x * ((2 * u - 1) - (2 * l - 1));
@@ -97,6 +108,7 @@ Tensor& trunc_normal_(Tensor& t, double mean, double std, double a, double b, Ge
 
 Tensor& constant_(Tensor& t, double value) {
   EMBER_CHECK(t.defined(), ValueError, "[constant_] tensor is undefined");
+  if (skip_init) return t;
   NoGradGuard no_grad;
   t.fill_(value);
   return t;
@@ -132,7 +144,7 @@ Tensor& orthogonal_(Tensor& t, double gain, Generator* gen) {
   check("orthogonal_", t);
   EMBER_CHECK(t.dim() >= 2, ShapeError, "[orthogonal_] only tensors with 2 or more dims are supported, got ",
               t.sizes());
-  if (t.numel() == 0) return t;
+  if (t.numel() == 0 || skip_init) return t;
   const int64_t rows = t.size(0), cols = t.numel() / rows;
   // Factor the tall orientation (m >= n); a wide matrix is transposed before and after.
   const bool wide = rows < cols;

@@ -137,3 +137,32 @@ TEST(Init, OrthogonalRowsOrColumns) {
   Tensor v = empty({4});
   EXPECT_THROW(init::orthogonal_(v), ShapeError);
 }
+
+// Under SkipInitGuard the init functions (and the layers calling them) still validate their
+// arguments but draw nothing and write nothing; the guard nests and restores on exit.
+TEST(Init, SkipInitGuardDrawsNothingAndRestores) {
+  Generator& rng = default_generator(Device::cpu());
+  manual_seed(5);
+  const Generator::State before = rng.get_state();
+  Tensor t = full({3, 4}, 7.0);
+  {
+    nn::init::SkipInitGuard skip;
+    {
+      nn::init::SkipInitGuard nested;
+    }
+    EXPECT_TRUE(nn::init::init_skipped());
+    nn::init::normal_(t);
+    nn::init::kaiming_uniform_(t);
+    nn::init::orthogonal_(t);
+    nn::init::zeros_(t);
+    nn::Linear layer(64, 32);
+    nn::Embedding emb(100, 8);
+    EXPECT_EQ(rng.get_state().offset, before.offset);
+    EXPECT_EQ(t.to_vector<float>(), std::vector<float>(12, 7.0f));
+    EXPECT_THROW(nn::init::normal_(t, 0.0, -1.0), ValueError);  // still validated
+  }
+  EXPECT_FALSE(nn::init::init_skipped());
+  nn::init::normal_(t);
+  EXPECT_NE(rng.get_state().offset, before.offset);
+  EXPECT_NE(t.to_vector<float>(), std::vector<float>(12, 7.0f));
+}

@@ -44,4 +44,21 @@ Tensor& xavier_normal_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
 // factorization in f64 on the CPU. Needs dim() >= 2.
 Tensor& orthogonal_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
 
+// While one is alive on this thread, every function above validates its arguments and then
+// leaves the tensor as allocated (uninitialized memory) and draws no random numbers; so do the
+// layers' constructors and reset_parameters, which call them. For models whose every weight is
+// loaded right after construction (io::gpt2_from_pretrained): a 124M GPT-2 is built in a
+// fraction of the time, and the random stream does not move (transformers' no_init_weights).
+class SkipInitGuard {
+ public:
+  SkipInitGuard();
+  ~SkipInitGuard();
+  SkipInitGuard(const SkipInitGuard&) = delete;
+  SkipInitGuard& operator=(const SkipInitGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+bool init_skipped();  // whether a SkipInitGuard is alive on this thread
+
 }  // namespace ember::nn::init
