@@ -7,9 +7,20 @@
 #include <numeric>
 
 #include "ember/factory.h"
+#include "ember/functions.h"
 #include "ember/grad_mode.h"
 
 namespace ember::nn {
+
+std::pair<Tensor, Tensor> KVCache::append(size_t layer, const Tensor& new_k, const Tensor& new_v) {
+  if (k.size() <= layer) {
+    k.resize(layer + 1);
+    v.resize(layer + 1);
+  }
+  k[layer] = k[layer].defined() ? cat({k[layer], new_k}, 2) : new_k.contiguous();
+  v[layer] = v[layer].defined() ? cat({v[layer], new_v}, 2) : new_v.contiguous();
+  return {k[layer], v[layer]};
+}
 
 namespace {
 

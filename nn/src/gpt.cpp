@@ -82,18 +82,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x, KVCache* cache, size_t laye
   Tensor q = qkv.select(2, 0).transpose(1, 2);
   Tensor k = qkv.select(2, 1).transpose(1, 2);
   Tensor v = qkv.select(2, 2).transpose(1, 2);
-  if (cache) {
-    if (cache->k.size() <= layer) {
-      cache->k.resize(layer + 1);
-      cache->v.resize(layer + 1);
-    }
-    Tensor& ck = cache->k[layer];
-    Tensor& cv = cache->v[layer];
-    ck = ck.defined() ? cat({ck, k}, 2) : k.contiguous();
-    cv = cv.defined() ? cat({cv, v}, 2) : v.contiguous();
-    k = ck;
-    v = cv;
-  }
+  if (cache) std::tie(k, v) = cache->append(layer, k, v);
   Tensor y = F::scaled_dot_product_attention(q, k, v, /*causal=*/true);
   y = y.transpose(1, 2).reshape({B, T, n_embd});
   return maybe_dropout(c_proj(y), dropout, is_training());

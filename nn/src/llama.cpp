@@ -2,6 +2,7 @@
 #include "ember/nn/llama.h"
 
 #include <string>
+#include <tuple>
 
 #include "ember/autograd/engine.h"
 #include "ember/factory.h"
@@ -78,18 +79,7 @@ Tensor LlamaAttention::forward(const Tensor& x, const Tensor& cos, const Tensor&
   Tensor q = F::rotary_embedding(q_proj(x).view({B, T, n_head, D}), cos, sin).transpose(1, 2);
   Tensor k = F::rotary_embedding(k_proj(x).view({B, T, n_kv_head, D}), cos, sin).transpose(1, 2);
   Tensor v = v_proj(x).view({B, T, n_kv_head, D}).transpose(1, 2);
-  if (cache) {
-    if (cache->k.size() <= layer) {
-      cache->k.resize(layer + 1);
-      cache->v.resize(layer + 1);
-    }
-    Tensor& ck = cache->k[layer];
-    Tensor& cv = cache->v[layer];
-    ck = ck.defined() ? cat({ck, k}, 2) : k.contiguous();
-    cv = cv.defined() ? cat({cv, v}, 2) : v.contiguous();
-    k = ck;
-    v = cv;
-  }
+  if (cache) std::tie(k, v) = cache->append(layer, k, v);
   const int64_t rep = n_head / n_kv_head;
   Tensor y = F::scaled_dot_product_attention(q, repeat_kv(k, rep), repeat_kv(v, rep), /*causal=*/true);
   return o_proj(y.transpose(1, 2).reshape({B, T, n_head * D}));

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "ember/random.h"
@@ -39,6 +40,9 @@ struct KVCache {
     k.clear();
     v.clear();
   }
+  // Appends `layer`'s keys and values of the new tokens, [B, H, T_new, D] each, and returns
+  // that layer's whole cache {k, v} [B, H, T_past + T_new, D].
+  std::pair<Tensor, Tensor> append(size_t layer, const Tensor& new_k, const Tensor& new_v);
 };
 
 struct GenerationConfig {
