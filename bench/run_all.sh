@@ -7,13 +7,14 @@
 # --python: bench_mnist twice, the mlp and --model cnn; bench_gpt three times, tiny, a
 # character-level 2 x 128 with vocabulary 256 and mid 4 x 256; bench_resnet, examples/resnet.cpp's
 # training step; bench_rnn, bench_attention, bench_transformer, bench_norm, bench_pool, bench_activation,
-# bench_sort, bench_indexing, bench_matmul), then bench/compile_time.sh, and prints the CPU
+# bench_sort, bench_indexing, bench_matmul, bench_generate), then bench/compile_time.sh, and prints the CPU
 # speed matrix of issue 23 (bench/cpu_matrix.py: each model row's ratio against its goal). The CPU peer
 # is only fair on an optimized BLAS: every result says its "peer_blas" (see the README).
 # --gpu: the GPU rows only —
 #   bench_gpt --preset gpt2-small --device cuda --amp bf16 -B 16 -T 1024   (eager torch peer)
 #   the same with --compile                                                (torch.compile peer)
 #   bench_attention --device cuda (bf16 against torch's flash SDPA),
+#   bench_generate --device cuda (GPT-2 124M KV-cache generation, B = 1 and 8),
 #   bench_gpt ... --cuda-graph --no-peer (ember's whole step replayed; set beside the two above),
 #   bench_mnist --device cuda (mlp, mlp --cuda-graph, cnn), bench_matmul, bench_bandwidth,
 #   bench_allocator, bench_pathological.
@@ -81,6 +82,7 @@ if [[ $mode == gpu ]]; then
   run "${gpt[@]}"
   run "${gpt[@]}" --compile
   run "$bin/bench_attention" --device cuda --python "$python"
+  run "$bin/bench_generate" --device cuda --python "$python"
   run "${gpt[@]}" --cuda-graph --no-peer
   run "$bin/bench_mnist" --device cuda --model mlp --python "$python"
   run "$bin/bench_mnist" --device cuda --model mlp --cuda-graph --python "$python"
@@ -97,7 +99,7 @@ else
         run "$b" --n-layer 2 --n-head 4 --n-embd 128 --vocab 256 -B 32 -T 64 --python "$python"
         run "$b" --n-layer 4 --n-head 4 --n-embd 256 -T 128 --steps 8 --python "$python" ;;
       bench_matmul | bench_attention | bench_resnet | bench_rnn | bench_norm | bench_pool | bench_activation | \
-        bench_transformer | bench_sort | bench_indexing) run "$b" --python "$python" ;;
+        bench_transformer | bench_sort | bench_indexing | bench_generate) run "$b" --python "$python" ;;
       *) run "$b" ;;
     esac
   done

@@ -39,6 +39,20 @@ import peer_blas  # bench/peers/peer_blas.py: which BLAS this torch runs on
 HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
 
 
+def gpt2_init_(model, n_layer, vocab):
+    """GPT-2 init (as nn::GPT): N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), biases 0,
+    the padded vocabulary rows of wte 0."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("c_proj.weight"):
+                p.normal_(0.0, 0.02 / math.sqrt(2 * n_layer))
+            elif p.dim() >= 2:
+                p.normal_(0.0, 0.02)
+            elif "ln" not in name:
+                p.zero_()
+        model.wte.weight[vocab:].zero_()
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, n_embd, n_head, block_size):
         super().__init__()
@@ -86,16 +100,7 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(block_size, n_embd)
         self.h = nn.ModuleList([Block(n_embd, n_head, block_size) for _ in range(n_layer)])
         self.ln_f = nn.LayerNorm(n_embd)
-        # GPT-2 init (as nn::GPT): N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), biases 0.
-        with torch.no_grad():
-            for name, p in self.named_parameters():
-                if name.endswith("c_proj.weight"):
-                    p.normal_(0.0, 0.02 / math.sqrt(2 * n_layer))
-                elif p.dim() >= 2:
-                    p.normal_(0.0, 0.02)
-                elif "ln" not in name:
-                    p.zero_()
-            self.wte.weight[vocab:].zero_()
+        gpt2_init_(self, n_layer, vocab)
 
     def forward(self, idx, targets):
         B, T = idx.size()
