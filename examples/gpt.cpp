@@ -1,9 +1,10 @@
 // gpt: train GPT-2 (the `tiny` preset on a CPU, `gpt2-small` = 124M on a GPU) or a Llama
 // (`--arch llama`: `tiny` on a CPU, `llama-100m` on a GPU) on token shards, fine-tune a
-// pretrained Hugging Face GPT-2 (`--init-from DIR`), or sample from a saved model. The whole loop a user would write: TokenShards batches,
-// gradient accumulation, autocast (+ GradScaler for fp16), gradient clipping, AdamW with
-// warmup + cosine decay, data parallel over mpirun ranks, validation, samples from a KV-cache
-// generator, crash-safe checkpoints, metrics, and a final `result: {json}` line.
+// pretrained Hugging Face GPT-2 (`--init-from DIR`), or sample from a saved model. The whole
+// loop a user would write: TokenShards batches, gradient accumulation, autocast (+ GradScaler
+// for fp16), gradient clipping, AdamW with warmup + cosine decay, data parallel over mpirun
+// ranks, validation, samples from a KV-cache generator (top-k / top-p, ending at
+// <|endoftext|>), crash-safe checkpoints, metrics, and a final `result: {json}` line.
 //
 //   bash scripts/fetch_data.sh gpt2 brown && build/bin/gpt-prepare   # data/brown_tokens/
 //   build/bin/gpt                                                     # tiny, CPU, 200 steps
