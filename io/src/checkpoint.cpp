@@ -28,6 +28,8 @@ namespace ember::io {
 
 namespace fs = std::filesystem;
 
+using detail::join_path;
+
 namespace {
 
 constexpr int64_t kFormatVersion = 1;
@@ -48,14 +50,6 @@ int64_t parse_step_name(std::string_view name) {
     step = step * 10 + (c - '0');
   }
   return step;
-}
-
-bool starts_with(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
-}
-
-std::string join(const std::string& dir, std::string_view name) {
-  return dir.empty() || dir.back() == '/' ? dir + std::string(name) : dir + "/" + std::string(name);
 }
 
 // Directory entries of `dir` (names only); IOError when it cannot be read.
@@ -79,9 +73,9 @@ void remove_quietly(const std::string& path) {
 
 // Moves `path` out of the way under a .trash- name (atomic), then deletes it.
 void trash(const std::string& dir, const std::string& name, std::string_view op) {
-  std::string to = join(dir, str(kTrashPrefix, name, "-", detail::unique_suffix()));
-  if (::rename(join(dir, name).c_str(), to.c_str()) != 0)
-    detail::throw_errno(op, join(dir, name), "cannot move aside", errno);
+  std::string to = join_path(dir, str(kTrashPrefix, name, "-", detail::unique_suffix()));
+  if (::rename(join_path(dir, name).c_str(), to.c_str()) != 0)
+    detail::throw_errno(op, join_path(dir, name), "cannot move aside", errno);
   remove_quietly(to);
 }
 
@@ -98,7 +92,7 @@ void install_folder(const std::string& dir, const std::string& tmp, const std::s
   }
   // No atomic exchange on this file system: move the old one aside first. A crash in between
   // leaves no folder for this step, but `latest` still names the one before, which is intact.
-  std::string aside = join(dir, str(kTrashPrefix, fs::path(final_path).filename().string(), "-",
+  std::string aside = join_path(dir, str(kTrashPrefix, fs::path(final_path).filename().string(), "-",
                                     detail::unique_suffix()));
   if (::rename(final_path.c_str(), aside.c_str()) != 0)
     detail::throw_errno(op, final_path, "cannot move the existing checkpoint aside", errno);
@@ -151,7 +145,7 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& dir) {
   std::vector<CheckpointEntry> out;
   for (const auto& name : list_names(dir, op)) {
     int64_t step = parse_step_name(name);
-    if (step >= 0 && fs::is_directory(join(dir, name), ec)) out.push_back({step, join(dir, name)});
+    if (step >= 0 && fs::is_directory(join_path(dir, name), ec)) out.push_back({step, join_path(dir, name)});
   }
   std::sort(out.begin(), out.end(),
             [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
@@ -170,12 +164,12 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& ckpt, int 
   if (created) detail::sync_dir(detail::parent_dir(dir), op);
 
   // 1. Everything into a temporary folder, durable before it becomes visible.
-  std::string tmp = join(dir, str(kTmpPrefix, name, "-", detail::unique_suffix()));
+  std::string tmp = join_path(dir, str(kTmpPrefix, name, "-", detail::unique_suffix()));
   if (::mkdir(tmp.c_str(), 0755) != 0) detail::throw_errno(op, tmp, "cannot create folder", errno);
-  std::string final_path = join(dir, name);
+  std::string final_path = join_path(dir, name);
   try {
     for (const Part& part : kParts) {
-      detail::File f = detail::File::create(join(tmp, part.file), std::string(op));
+      detail::File f = detail::File::create(join_path(tmp, part.file), std::string(op));
       if (part.member)
         detail::write_safetensors(f, ckpt.*part.member, {}, op);
       else
@@ -193,7 +187,7 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& ckpt, int 
   detail::sync_dir(dir, op);
 
   // 3. Point `latest` at it.
-  detail::write_file_atomic(join(dir, kLatest), op, [&](detail::File& f) {
+  detail::write_file_atomic(join_path(dir, kLatest), op, [&](detail::File& f) {
     std::string line = name + "\n";
     f.write_all(line.data(), line.size());
   });
@@ -210,8 +204,8 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& ckpt, int 
       trash(dir, fs::path(older[i].path).filename().string(), op);
   }
   for (const auto& n : list_names(dir, op))
-    if (starts_with(n, kTmpPrefix) || starts_with(n, kTrashPrefix) || starts_with(n, kLatestTmpPrefix))
-      remove_quietly(join(dir, n));
+    if (n.starts_with(kTmpPrefix) || n.starts_with(kTrashPrefix) || n.starts_with(kLatestTmpPrefix))
+      remove_quietly(join_path(dir, n));
   return final_path;
 }
 
@@ -226,12 +220,12 @@ Checkpoint load_checkpoint(const std::string& path, Device device) {
   // Report every missing part at once: "incomplete" is the likely story (a copy cut short).
   std::string missing;
   for (const Part& part : kParts)
-    if (!fs::exists(join(path, part.file), ec)) missing += str(missing.empty() ? "" : ", ", part.file);
+    if (!fs::exists(join_path(path, part.file), ec)) missing += str(missing.empty() ? "" : ", ", part.file);
   EMBER_CHECK(missing.empty(), IOError, op, " ", path, ": incomplete checkpoint, missing ", missing);
 
   Checkpoint c;
   for (const Part& part : kParts) {
-    std::string file = join(path, part.file);
+    std::string file = join_path(path, part.file);
     if (part.member) {
       c.*part.member = detail::read_safetensors(file, device, op).tensors;
       continue;
@@ -272,13 +266,13 @@ std::optional<Checkpoint> load_latest_checkpoint(const std::string& dir, Device 
   std::vector<std::string> names = list_names(dir, op);
   std::sort(names.begin(), names.end());
   for (const auto& n : names)
-    if (starts_with(n, kTmpPrefix) || starts_with(n, kTrashPrefix))
-      note(str("ignoring ", join(dir, n), ": left by an interrupted save or prune"));
+    if (n.starts_with(kTmpPrefix) || n.starts_with(kTrashPrefix))
+      note(str("ignoring ", join_path(dir, n), ": left by an interrupted save or prune"));
 
   std::string failures;  // for the error when nothing loads
   std::string tried;
   bool fell_back = false;
-  std::string latest_path = join(dir, kLatest);
+  std::string latest_path = join_path(dir, kLatest);
   if (fs::exists(latest_path, ec)) {
     std::string target;
     try {
@@ -291,7 +285,7 @@ std::optional<Checkpoint> load_latest_checkpoint(const std::string& dir, Device 
       EMBER_CHECK(parse_step_name(target) >= 0, IOError, op, " ", latest_path,
                   ": does not name a step-N folder");
       tried = target;
-      return load_checkpoint(join(dir, target), device);
+      return load_checkpoint(join_path(dir, target), device);
     } catch (const Error& e) {
       note(str("latest names '", target, "', which does not load (", e.what(),
                "); falling back to the newest checkpoint that loads"));

@@ -119,6 +119,10 @@ void sync_dir(const std::string& dir, std::string_view op) {
   if (rc != 0 && err != EINVAL) throw_errno(op, dir, "fsync of folder failed", err);
 }
 
+std::string join_path(const std::string& dir, std::string_view name) {
+  return dir.empty() || dir.back() == '/' ? dir + std::string(name) : dir + "/" + std::string(name);
+}
+
 std::string parent_dir(const std::string& path_in) {
   std::string path = path_in;
   while (path.size() > 1 && path.back() == '/') path.pop_back();  // "a/b/" is inside "a"

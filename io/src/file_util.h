@@ -51,6 +51,8 @@ void sync_dir(const std::string& dir, std::string_view op);
 
 // The folder holding `path` ("." for a bare name).
 std::string parent_dir(const std::string& path);
+// `name` inside folder `dir` (no doubled slash; a bare name for an empty dir).
+std::string join_path(const std::string& dir, std::string_view name);
 // A name unique to this process and call: "<pid>-<counter>-<random>".
 std::string unique_suffix();
 

@@ -29,6 +29,8 @@
 
 namespace ember::io {
 
+using detail::join_path;
+
 namespace {
 
 using Json = nlohmann::json;  // std::map keys: dump() sorts them, as transformers' to_json_string
@@ -40,26 +42,17 @@ constexpr std::string_view kPrefix = "transformer.";
 constexpr int64_t kVocabMultiple = 64;
 constexpr double kLayerNormEps = 1e-5;
 
-std::string join(const std::string& dir, std::string_view name) {
-  return dir.empty() || dir.back() == '/' ? dir + std::string(name) : dir + "/" + std::string(name);
-}
-
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
-bool ends_with(std::string_view s, std::string_view p) {
-  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
-}
-
 // HF's Conv1D layers, whose weights are stored [in, out].
 bool is_conv1d_weight(std::string_view name) {
-  return starts_with(name, "h.") &&
-         (ends_with(name, ".attn.c_attn.weight") || ends_with(name, ".attn.c_proj.weight") ||
-          ends_with(name, ".mlp.c_fc.weight") || ends_with(name, ".mlp.c_proj.weight"));
+  return name.starts_with("h.") &&
+         (name.ends_with(".attn.c_attn.weight") || name.ends_with(".attn.c_proj.weight") ||
+          name.ends_with(".mlp.c_fc.weight") || name.ends_with(".mlp.c_proj.weight"));
 }
 
 // h.<digits>.attn.bias / h.<digits>.attn.masked_bias: the causal-mask buffers older transformers
 // saved (ember's attention is causal by construction).
 bool is_mask_buffer(std::string_view name) {
-  if (!starts_with(name, "h.")) return false;
+  if (!name.starts_with("h.")) return false;
   std::string_view rest = name.substr(2);
   size_t digits = 0;
   while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9') ++digits;
@@ -205,8 +198,8 @@ Shape hf_shape(const std::string& name, const Tensor& p, const nn::GPTConfig& c)
 }  // namespace
 
 std::unique_ptr<nn::GPT> gpt2_from_pretrained(const std::string& dir, Device device, double dropout) {
-  const std::string config_file = join(dir, "config.json");
-  const std::string weights_file = join(dir, "model.safetensors");
+  const std::string config_file = join_path(dir, "config.json");
+  const std::string weights_file = join_path(dir, "model.safetensors");
   nn::GPTConfig c = read_config(config_file);
   c.dropout = float(dropout);
   SafetensorsFile file = detail::read_safetensors(weights_file, Device::cpu(), kLoad);
@@ -229,7 +222,7 @@ std::unique_ptr<nn::GPT> gpt2_from_pretrained(const std::string& dir, Device dev
   std::vector<std::string> unexpected;  // file names, in file order
   const Tensor* lm_head = nullptr;
   for (const auto& [name, t] : file.tensors) {
-    std::string key = starts_with(name, kPrefix) ? name.substr(kPrefix.size()) : name;
+    std::string key = name.starts_with(kPrefix) ? name.substr(kPrefix.size()) : name;
     if (is_mask_buffer(key)) continue;
     if (key == "lm_head.weight") {
       lm_head = &t;
@@ -325,9 +318,9 @@ void save_pretrained(const nn::GPT& model, const std::string& dir) {
   std::filesystem::create_directories(dir, ec);
   if (ec) throw IOError(str(kSave, " cannot create folder ", dir, ": ", ec.message()));
   const std::string text = config_json(c).dump(2) + "\n";
-  detail::write_file_atomic(join(dir, "config.json"), kSave,
+  detail::write_file_atomic(join_path(dir, "config.json"), kSave,
                             [&](detail::File& f) { f.write_all(text.data(), text.size()); });
-  detail::write_file_atomic(join(dir, "model.safetensors"), kSave, [&](detail::File& f) {
+  detail::write_file_atomic(join_path(dir, "model.safetensors"), kSave, [&](detail::File& f) {
     detail::write_safetensors(f, state, {{"format", "pt"}}, kSave);
   });
 }
