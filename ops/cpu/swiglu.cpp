@@ -1,8 +1,9 @@
 // CPU driver for the fused SwiGLU (kernels/swiglu.h has the preconditions), on the shared
 // elementwise iteration engine (loops.h: coalesced strides, OpenMP above its grain).
 //
-// The math is in the compute type C; exp is fn::exp (functors.h): for float, ember's
-// branch-free fast_math version, so the unit-stride loops vectorize; libm's for double.
+// The math is fn::swiglu / fn::swiglu_backward (functors.h, shared with the CUDA driver) in the
+// compute type C; its exp is, for float, ember's branch-free fast_math version, so the
+// unit-stride loops vectorize; libm's for double.
 #include <array>
 #include <cstdint>
 
@@ -13,11 +14,6 @@
 namespace ember::ops::cpu {
 
 namespace {
-
-template <class C>
-EMBER_FORCEINLINE C sigmoid_of(C g) {
-  return C(1) / (C(1) + fn::exp(-g));
-}
 
 template <class S>
 void swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& out) {
@@ -30,14 +26,13 @@ void swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& out) {
       const S* g = reinterpret_cast<const S*>(p[1]);
       const S* u = reinterpret_cast<const S*>(p[2]);
       for (int64_t i = 0; i < n; ++i) {
-        const C gv = C(g[i]);
-        o[i] = S(gv * sigmoid_of(gv) * C(u[i]));
+        o[i] = S(fn::swiglu(C(g[i]), C(u[i])));
       }
     } else {
       for (int64_t i = 0; i < n; ++i) {
         const C gv = C(*reinterpret_cast<const S*>(p[1] + i * s[1]));
         const C uv = C(*reinterpret_cast<const S*>(p[2] + i * s[2]));
-        *reinterpret_cast<S*>(p[0] + i * s[0]) = S(gv * sigmoid_of(gv) * uv);
+        *reinterpret_cast<S*>(p[0] + i * s[0]) = S(fn::swiglu(gv, uv));
       }
     }
   });
@@ -64,15 +59,15 @@ void swiglu_bwd(const Tensor& grad, const Tensor& gate, const Tensor& up, const 
       const S* g = reinterpret_cast<const S*>(p[3]);
       const S* u = reinterpret_cast<const S*>(p[4]);
       for (int64_t i = 0; i < n; ++i) {
-        const C gv = C(g[i]), go = C(gr[i]), sig = sigmoid_of(gv);
-        if constexpr (kGate) dg[i] = S(go * C(u[i]) * sig * (C(1) + gv * (C(1) - sig)));
-        if constexpr (kUp) du[i] = S(go * gv * sig);
+        const fn::SwigluGrads<C> d = fn::swiglu_backward(C(gr[i]), C(g[i]), C(u[i]));
+        if constexpr (kGate) dg[i] = S(d.dgate);
+        if constexpr (kUp) du[i] = S(d.dup);
       }
     } else {
       for (int64_t i = 0; i < n; ++i) {
-        const C gv = C(*at(3, i)), go = C(*at(2, i)), sig = sigmoid_of(gv);
-        if constexpr (kGate) *at(0, i) = S(go * C(*at(4, i)) * sig * (C(1) + gv * (C(1) - sig)));
-        if constexpr (kUp) *at(1, i) = S(go * gv * sig);
+        const fn::SwigluGrads<C> d = fn::swiglu_backward(C(*at(2, i)), C(*at(3, i)), C(*at(4, i)));
+        if constexpr (kGate) *at(0, i) = S(d.dgate);
+        if constexpr (kUp) *at(1, i) = S(d.dup);
       }
     }
   });

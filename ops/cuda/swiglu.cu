@@ -7,11 +7,13 @@
 //   the n % V tail element-wise; grid-stride loops, 64-bit indexing.
 // - Any other layout goes through the shared elementwise engine (loops.cuh) with the same
 //   math, so both paths round identically.
-// - exp through libdevice (exp_c: expf for f32); 16-bit values compute in f32 and round once.
+// - The math is fn::swiglu / fn::swiglu_backward (functors.h, shared with the CPU driver), exp
+//   through libdevice (expf for f32); 16-bit values compute in f32 and round once.
 // - Runs on the current stream of the inputs' device under a device guard; no host sync.
 #include <algorithm>
 #include <cstdint>
 
+#include "ember/ops/functors.h"
 #include "kernels/swiglu.h"
 #include "loops.cuh"
 #include "reduce_utils.cuh"
@@ -25,25 +27,19 @@ struct alignas(sizeof(S) * V) Pack {
   S v[V];
 };
 
-template <class C>
-__device__ __forceinline__ C sigmoid_of(C g) {
-  return C(1) / (C(1) + exp_c(-g));
-}
-
 template <class S>
 __device__ __forceinline__ void swiglu_one(const S* g, const S* u, S* o) {
-  using C = compute_t<S>;
-  const C gv = load_c(g);
-  store_c(o, gv * sigmoid_of(gv) * load_c(u));
+  store_c(o, fn::swiglu(load_c(g), load_c(u)));
 }
 
+// u is read only for dg (the caller may leave it unloaded when dg is null).
 template <class S>
 __device__ __forceinline__ void swiglu_grad_one(const S* gr, const S* g, const S* u, S* dg,
                                                 S* du) {
   using C = compute_t<S>;
-  const C gv = load_c(g), go = load_c(gr), sig = sigmoid_of(gv);
-  if (dg) store_c(dg, go * load_c(u) * sig * (C(1) + gv * (C(1) - sig)));
-  if (du) store_c(du, go * gv * sig);
+  const fn::SwigluGrads<C> d = fn::swiglu_backward(load_c(gr), load_c(g), dg ? load_c(u) : C(0));
+  if (dg) store_c(dg, d.dgate);
+  if (du) store_c(du, d.dup);
 }
 
 template <class S, int V>

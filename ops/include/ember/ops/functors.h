@@ -175,6 +175,22 @@ EMBER_HD EMBER_FORCEINLINE T silu_backward(T g, T x) {
   T s = T(1) / (T(1) + T(exp(-x)));
   return g * s * (T(1) + x * (T(1) - s));
 }
+// SwiGLU, silu(gate) * up, and its two gradients from one sigmoid, in the compute type T: the
+// math ops/cpu/swiglu.cpp and ops/cuda/swiglu.cu share. d_gate = go up silu'(gate) (the
+// silu_backward formula), d_up = go silu(gate); a result not used is dead code once inlined.
+template <class T>
+EMBER_HD EMBER_FORCEINLINE T swiglu(T gate, T up) {
+  return gate * (T(1) / (T(1) + T(exp(-gate)))) * up;
+}
+template <class T>
+struct SwigluGrads {
+  T dgate, dup;
+};
+template <class T>
+EMBER_HD EMBER_FORCEINLINE SwigluGrads<T> swiglu_backward(T go, T gate, T up) {
+  const T s = T(1) / (T(1) + T(exp(-gate)));
+  return {go * up * s * (T(1) + gate * (T(1) - s)), go * gate * s};
+}
 
 #define EMBER_BITWISE_HELPER(name, op)                    \
   template <class T>                                      \
