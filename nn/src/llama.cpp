@@ -142,10 +142,10 @@ std::pair<Tensor, Tensor> Llama::rope_tables(Device device, bool f64) const {
   auto key = std::make_pair(device.str(), f64);
   auto it = rope_.find(key);
   if (it == rope_.end()) {
-    auto [cos, sin] = rope_cos_sin(config.block_size, config.n_embd / config.n_head,
-                                   config.rope_theta, TensorOptions(DType::f64));
-    const DType dt = f64 ? DType::f64 : DType::f32;
-    it = rope_.emplace(key, std::make_pair(cos.to(device, dt), sin.to(device, dt))).first;
+    // Computed in f64, made once in the table dtype on `device`.
+    it = rope_.emplace(key, rope_cos_sin(config.block_size, config.n_embd / config.n_head, config.rope_theta,
+                                         TensorOptions(f64 ? DType::f64 : DType::f32).device(device)))
+             .first;
   }
   return it->second;
 }
