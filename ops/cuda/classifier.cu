@@ -42,15 +42,6 @@ namespace {
 constexpr int kMaxThreads = 1024;
 constexpr int kTotalThreads = 1024;
 
-// Elements per 16-byte access.
-template <class S>
-constexpr int kVec = int(16 / sizeof(S));
-
-template <class S>
-struct alignas(16) Pack {
-  S v[kVec<S>];
-};
-
 // Loss term and dlogits of one row; with kVectorized the row is read and written in Packs.
 template <class S, class T, bool kVectorized>
 __global__ void __launch_bounds__(kMaxThreads)

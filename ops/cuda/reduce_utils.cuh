@@ -1,6 +1,6 @@
 // Device helpers shared by the CUDA reduce, nn, attention and classifier families (ops/cuda/
-// reduce.cu, nn.cu, attention.cu, classifier.cu): 16-bit loads/stores through the hardware
-// conversions, exp/log in the compute type, online softmax statistics, warp shuffles of any
+// reduce.cu, nn.cu, attention.cu, classifier.cu) and other kernels: 16-byte vector packs,
+// 16-bit loads/stores through the hardware conversions, exp/log in the compute type, online softmax statistics, warp shuffles of any
 // small trivially-copyable value, and deterministic warp/row reductions.
 //
 // Invariants (Note [deterministic CUDA reductions]):
@@ -31,6 +31,18 @@
 namespace ember::ops::cuda {
 
 constexpr unsigned kFullMask = 0xffffffffu;
+
+// Vectorized access: kVec<S> elements of S fill one 16-byte load/store, and Pack<S, V> is V
+// elements read or written as one aligned unit (V = 1 gives the scalar form of the same kernel,
+// for strided or unaligned operands). Reinterpreting a pointer as Pack<S, V>* needs it aligned
+// to sizeof(S) * V; callers check that before choosing V > 1.
+template <class S>
+constexpr int kVec = int(16 / sizeof(S));
+
+template <class S, int V = kVec<S>>
+struct alignas(sizeof(S) * V) Pack {
+  S v[V];
+};
 
 // Accumulator type of sums (and of variance/statistics) for a storage type S: 16-bit floats
 // accumulate in f32; f32 in f64 like the CPU path (so long f32 sums keep full accuracy and

@@ -23,11 +23,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <class S, int V>
-struct alignas(sizeof(S) * V) Pack {
-  S v[V];
-};
-
 template <class S, class Index, int V>
 __global__ void __launch_bounds__(kThreads)
     rope_kernel(const S* __restrict__ x, int64_t sb, int64_t st, int64_t sh, int64_t sd,
@@ -69,14 +64,13 @@ __global__ void __launch_bounds__(kThreads)
 template <class S>
 void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out, bool inverse) {
   using C = compute_t<S>;
-  constexpr int kVec = int(16 / sizeof(S));
   const int64_t T = x.sizes()[1], H = x.sizes()[2], half = x.sizes()[3] / 2;
   const int64_t rows = x.numel() / (2 * half);
   // A stride of a size-1 dim is never used: any value is as good as an aligned one.
-  auto vec_ok = [&](int64_t d) { return x.sizes()[d] == 1 || x.strides()[d] % kVec == 0; };
-  const bool vec = x.strides()[3] == 1 && half % kVec == 0 && vec_ok(0) && vec_ok(1) &&
+  auto vec_ok = [&](int64_t d) { return x.sizes()[d] == 1 || x.strides()[d] % kVec<S> == 0; };
+  const bool vec = x.strides()[3] == 1 && half % kVec<S> == 0 && vec_ok(0) && vec_ok(1) &&
                    vec_ok(2) && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
-  const int64_t groups = rows * (vec ? half / kVec : half);
+  const int64_t groups = rows * (vec ? half / kVec<S> : half);
   const bool u32 = groups < (int64_t(1) << 32);
   const auto on = ember::cuda::detail::on_device(x.device());
   const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(groups, kThreads), int64_t(1) << 20));
@@ -92,8 +86,8 @@ void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& o
     EMBER_CUDA_CHECK_LAUNCH();
   };
   if (vec) {
-    if (u32) launch(rope_kernel<S, uint32_t, kVec>);
-    else launch(rope_kernel<S, uint64_t, kVec>);
+    if (u32) launch(rope_kernel<S, uint32_t, kVec<S>>);
+    else launch(rope_kernel<S, uint64_t, kVec<S>>);
   } else {
     if (u32) launch(rope_kernel<S, uint32_t, 1>);
     else launch(rope_kernel<S, uint64_t, 1>);

@@ -22,11 +22,6 @@ namespace ember::ops::cuda {
 
 namespace {
 
-template <class S, int V>
-struct alignas(sizeof(S) * V) Pack {
-  S v[V];
-};
-
 template <class S>
 __device__ __forceinline__ void swiglu_one(const S* g, const S* u, S* o) {
   store_c(o, fn::swiglu(load_c(g), load_c(u)));
@@ -120,14 +115,15 @@ void swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& out) {
     launch_elementwise<3>({&out, &gate, &up}, SwigluFwdOp<S>{});
     return;
   }
-  constexpr int kVec = int(16 / sizeof(S));
   const int64_t n = out.numel();
   const bool vec = aligned16(gate) && aligned16(up) && aligned16(out);
   const auto on = ember::cuda::detail::on_device(gate.device());
   const S* g = ptr<const S>(gate);
   const S* u = ptr<const S>(up);
   S* o = ptr<S>(out);
-  if (vec) swiglu_fwd_kernel<S, kVec><<<grid_for(n / kVec + kVec), kThreads, 0, on.stream>>>(g, u, o, n);
+  if (vec)
+    swiglu_fwd_kernel<S, kVec<S>><<<grid_for(n / kVec<S> + kVec<S>), kThreads, 0, on.stream>>>(
+        g, u, o, n);
   else swiglu_fwd_kernel<S, 1><<<grid_for(n), kThreads, 0, on.stream>>>(g, u, o, n);
   EMBER_CUDA_CHECK_LAUNCH();
 }
@@ -142,7 +138,6 @@ void swiglu_bwd(const Tensor& grad, const Tensor& gate, const Tensor& up, const 
                           SwigluBwdOp<S>{dgate.defined(), dup.defined()});
     return;
   }
-  constexpr int kVec = int(16 / sizeof(S));
   const int64_t n = gate.numel();
   const bool vec = aligned16(grad) && aligned16(gate) && aligned16(up) && aligned16(dgate) &&
                    aligned16(dup);
@@ -151,7 +146,7 @@ void swiglu_bwd(const Tensor& grad, const Tensor& gate, const Tensor& up, const 
   const S* g = ptr<const S>(gate);
   const S* u = ptr<const S>(up);
   if (vec)
-    swiglu_bwd_kernel<S, kVec><<<grid_for(n / kVec + kVec), kThreads, 0, on.stream>>>(
+    swiglu_bwd_kernel<S, kVec<S>><<<grid_for(n / kVec<S> + kVec<S>), kThreads, 0, on.stream>>>(
         gr, g, u, ptr<S>(dgate), ptr<S>(dup), n);
   else
     swiglu_bwd_kernel<S, 1><<<grid_for(n), kThreads, 0, on.stream>>>(gr, g, u, ptr<S>(dgate),
