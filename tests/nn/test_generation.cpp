@@ -5,6 +5,7 @@
 // greedy equals each prompt alone and a no-cache recomputation past block_size.
 #include <cmath>
 
+#include "support/causal_lm_checks.h"
 #include "support/test_support.h"
 
 using namespace ember;
@@ -51,19 +52,6 @@ nn::GPTConfig tiny_config() {
   c.vocab_size = 29;
   c.padded_vocab_size = 32;
   return c;
-}
-
-// Greedy continuation of one prompt by full (no-cache) forwards of the context cropped to
-// block_size, the argmax over the real vocabulary.
-std::vector<int64_t> greedy_reference(const nn::GPT& model, std::vector<int64_t> seq, int64_t n) {
-  NoGradGuard ng;
-  const int64_t bs = model.config.block_size, V = model.config.vocab_size;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t T = int64_t(seq.size()), L = std::min(T, bs);
-    Tensor ctx = tensor<int64_t>(std::vector<int64_t>(seq.end() - L, seq.end()), {1, L});
-    seq.push_back(model.forward(ctx).select(1, L - 1).narrow(1, 0, V).argmax(1).item<int64_t>());
-  }
-  return seq;
 }
 
 }  // namespace
@@ -218,7 +206,7 @@ TEST(Generation, GPTGreedyRaggedBatchEqualsAloneAndNoCacheRecomputation) {
   ASSERT_EQ(batched.size(), prompts.size());
   for (size_t b = 0; b < prompts.size(); ++b) {
     SCOPED_TRACE(str("row ", b));
-    EXPECT_EQ(batched[b], greedy_reference(model, prompts[b], n));
+    EXPECT_EQ(batched[b], test::greedy_reference(model, prompts[b], n));
     EXPECT_EQ(batched[b], model.generate({prompts[b]}, c)[0]);
   }
   EXPECT_EQ(model.generate(prompts, c), batched);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "support/causal_lm_checks.h"
 #include "support/test_support.h"
 
 using namespace ember;
@@ -124,20 +125,7 @@ TEST(GPT, KVCacheLogitsEqualTheFullForward) {
   Generator gen(21);
   nn::GPT model(small_config(), &gen);
   model.to(DType::f64);
-  NoGradGuard ng;
-  Tensor idx = randint(0, 29, {2, 12}, DType::i64, &gen);
-  Tensor full = model.forward(idx);  // [2, 12, 32]
-  // A prompt of 5 tokens, then one token at a time, then 3 at once.
-  nn::KVCache cache;
-  std::vector<Tensor> parts;
-  parts.push_back(model.forward(idx.narrow(1, 0, 5), cache));
-  for (int64_t t = 5; t < 9; ++t) parts.push_back(model.forward(idx.narrow(1, t, 1), cache));
-  parts.push_back(model.forward(idx.narrow(1, 9, 3), cache));
-  EXPECT_EQ(cache.length(), 12);
-  Tensor cached = cat(parts, 1);
-  EXPECT_TRUE(test::all_close(cached, full, 1e-11, 1e-12));
-  // The cache is full: one more token does not fit.
-  EXPECT_THROW(model.forward(idx.narrow(1, 0, 1), cache), ShapeError);
+  test::expect_kv_cache_matches_full_forward(model, randint(0, 29, {2, 12}, DType::i64, &gen));
 }
 
 TEST(GPT, GenerateGreedyEqualsFullForwardArgmax) {
@@ -149,17 +137,10 @@ TEST(GPT, GenerateGreedyEqualsFullForwardArgmax) {
   // 14 new tokens: past block_size (12), so the crop-and-rebuild path runs too.
   Tensor out = model.generate(prompt, 14, /*temperature=*/0.0);
   ASSERT_EQ(out.sizes(), (Shape{2, 17}));
-  // Reference: recompute the whole (cropped) context each step, take the argmax over the
-  // real vocabulary.
-  NoGradGuard ng;
-  Tensor seq = prompt;
-  for (int i = 0; i < 14; ++i) {
-    const int64_t T = seq.sizes()[1];
-    Tensor ctx = T > 12 ? seq.narrow(1, T - 12, 12) : seq;
-    Tensor logits = model.forward(ctx).select(1, ctx.sizes()[1] - 1).narrow(1, 0, 29);
-    seq = cat({seq, logits.argmax(1, true)}, 1);
-  }
-  EXPECT_EQ(out.to_vector<int64_t>(), seq.to_vector<int64_t>());
+  for (int64_t b = 0; b < 2; ++b)
+    EXPECT_EQ(out.select(0, b).to_vector<int64_t>(),
+              test::greedy_reference(model, prompt.select(0, b).to_vector<int64_t>(), 14))
+        << "row " << b;
 }
 
 TEST(GPT, GenerateSamplesReproduciblyWithinTopK) {
@@ -285,23 +266,7 @@ TEST(GPT, RecomputeGivesIdenticalGradients) {
     model.to(DType::f64);
     Tensor idx = randint(0, 29, {2, 12}, DType::i64, &gen);
     Tensor targets = randint(0, 29, {2, 12}, DType::i64, &gen);
-    std::vector<Tensor> grads[2];
-    double losses[2];
-    for (int r = 0; r < 2; ++r) {
-      model.recompute = r == 1;
-      model.zero_grad();
-      manual_seed(99);  // the same dropout masks in both runs
-      Tensor loss = model.forward(idx, targets);
-      loss.backward();
-      losses[r] = loss.item<double>();
-      for (const Tensor& p : model.parameters()) grads[r].push_back(p.grad().clone());
-    }
-    // The forward is the same computation (bit-identical loss, same dropout masks replayed);
-    // the gradients are summed in a different order inside the recomputed blocks, so they
-    // agree to f64 rounding (a wrong mask or a missing path would differ by O(1)).
-    EXPECT_EQ(losses[0], losses[1]);
-    for (size_t i = 0; i < grads[0].size(); ++i)
-      EXPECT_TRUE(test::all_close(grads[1][i], grads[0][i], 1e-12, 1e-15)) << i;
+    test::expect_recompute_matches_plain_graph(model, idx, targets);
   }
 }
 
@@ -345,23 +310,14 @@ TEST(GPT, TinyPresetTrainsOneAdamWStep) {
   c.padded_vocab_size = 128;
   manual_seed(3);
   nn::GPT model(c);
-  optim::AdamW opt(model.configure_optimizer_groups<optim::AdamWOptions>(0.1, {.lr = 1e-2}));
   Tensor idx = randint(0, 100, {2, 16}, DType::i64);
   Tensor targets = randint(0, 100, {2, 16}, DType::i64);
-  Tensor l0 = model.forward(idx, targets);
-  EXPECT_NEAR(l0.item<double>(), std::log(100.0), 0.1);  // near-uniform at init
-  for (int i = 0; i < 5; ++i) {
-    opt.zero_grad();
-    model.forward(idx, targets).backward();
-    opt.step();
-  }
-  EXPECT_LT(model.forward(idx, targets).item<double>(), l0.item<double>() - 0.5);
+  test::expect_adamw_steps_fit_one_batch(model, idx, targets);
   EXPECT_THROW(nn::GPTConfig::preset("gpt5"), ValueError);
 }
 
-// The same GPT on the GPU and on the CPU: logits, loss and every gradient. f32 with TF32 off
-// is tight; bf16 autocast (the tensor-core attention path: head dim 64) is compared with the
-// f32 CPU run at a bf16 tolerance.
+// The same GPT on the GPU and on the CPU: loss and every gradient in f32 and under bf16
+// autocast (support/causal_lm_checks.h).
 TEST(GPTCuda, MatchesCpuInF32AndUnderBf16Autocast) {
   EMBER_SKIP_WITHOUT_CUDA();
   nn::GPTConfig c = nn::GPTConfig::preset("tiny");
@@ -371,42 +327,11 @@ TEST(GPTCuda, MatchesCpuInF32AndUnderBf16Autocast) {
   c.padded_vocab_size = 128;
   manual_seed(11);
   nn::GPT cpu(c), gpu(c);
-  gpu.load_state_dict(cpu.state_dict());
-  gpu.to(Device::cuda());
   Tensor idx = randint(0, 100, {2, 40}, DType::i64);
   Tensor targets = randint(0, 100, {2, 40}, DType::i64);
-  Tensor loss_cpu = cpu.forward(idx, targets);
-  loss_cpu.backward();
-  const auto cpu_params = cpu.named_parameters();
-
-  const bool tf32 = cuda::allow_tf32();
-  cuda::set_allow_tf32(false);
-  for (const bool bf16 : {false, true}) {
-    SCOPED_TRACE(bf16 ? "bf16 autocast" : "f32");
-    gpu.zero_grad();
-    Tensor loss_gpu;
-    {
-      amp::autocast ac(Device::cuda(), DType::bf16, bf16);
-      loss_gpu = gpu.forward(idx.to(Device::cuda()), targets.to(Device::cuda()));
-    }
-    loss_gpu.backward();
-    const double tol = bf16 ? 3e-2 : 1e-4;
-    EXPECT_NEAR(loss_gpu.item<double>(), loss_cpu.item<double>(), tol * std::fabs(loss_cpu.item<double>()));
-    const auto gpu_params = gpu.named_parameters();
-    ASSERT_EQ(gpu_params.size(), cpu_params.size());
-    for (size_t i = 0; i < cpu_params.size(); ++i) {
-      const Tensor& gc = cpu_params[i].second.grad();
-      const Tensor gg = gpu_params[i].second.grad().to(Device::cpu()).to(DType::f32);
-      const double scale = std::max(1e-3, gc.abs().max().item<double>());
-      EXPECT_LE(max_abs_diff(gg, gc), (bf16 ? 5e-2 : 1e-4) * scale) << cpu_params[i].first;
-    }
-  }
-  cuda::set_allow_tf32(tf32);
+  test::expect_cuda_matches_cpu(cpu, gpu, idx, targets);
 }
 
-// A forward and backward of GPT-2 on CUDA waits for the host nowhere (positions are made on the
-// device, index and target checks are deferred): so the whole pass captures into a CUDA graph,
-// which refuses any synchronization, and its replay gives the eager loss and gradients.
 TEST(GPTCuda, ForwardAndBackwardCaptureInAGraphWithoutAHostWait) {
   EMBER_SKIP_WITHOUT_CUDA();
   const Device dev = Device::cuda(0);
@@ -415,22 +340,5 @@ TEST(GPTCuda, ForwardAndBackwardCaptureInAGraphWithoutAHostWait) {
   model.to(dev);
   Tensor idx = randint(0, 29, {2, 12}, DType::i64, &gen).to(dev);
   Tensor targets = randint(0, 29, {2, 12}, DType::i64, &gen).to(dev);
-  model.zero_grad();
-  Tensor eager = model.forward(idx, targets);  // also the warm-up (library handles, workspaces)
-  eager.backward();
-  std::vector<Tensor> eager_grads;
-  for (const Tensor& p : model.parameters()) eager_grads.push_back(p.grad().cpu());
-  model.zero_grad();  // to none: the captured backward allocates the gradients in the graph's pool
-  cuda::Graph g;
-  Tensor loss;
-  {
-    cuda::GraphCapture capture(g);
-    loss = model.forward(idx, targets);
-    loss.backward();
-  }
-  g.replay();
-  EXPECT_EQ(loss.item<double>(), eager.item<double>());
-  const auto params = model.parameters();
-  for (size_t i = 0; i < params.size(); ++i)
-    EXPECT_TRUE(test::all_close(params[i].grad().cpu(), eager_grads[i], 1e-6, 1e-7)) << i;
+  test::expect_graph_replay_matches_eager(model, idx, targets);
 }

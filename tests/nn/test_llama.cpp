@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "support/causal_lm_checks.h"
 #include "support/test_support.h"
 
 using namespace ember;
@@ -56,18 +57,9 @@ TEST(Llama, KVCacheLogitsEqualTheFullForward) {
   Generator gen(21);
   nn::Llama model(small_config(), &gen);
   model.to(DType::f64);
-  NoGradGuard ng;
-  Tensor idx = randint(0, 29, {2, 12}, DType::i64, &gen);
-  Tensor full = model.forward(idx);  // [2, 12, 32]
-  nn::KVCache cache;
-  std::vector<Tensor> parts;
-  parts.push_back(model.forward(idx.narrow(1, 0, 5), cache));
-  for (int64_t t = 5; t < 9; ++t) parts.push_back(model.forward(idx.narrow(1, t, 1), cache));
-  parts.push_back(model.forward(idx.narrow(1, 9, 3), cache));
-  EXPECT_EQ(cache.length(), 12);
+  const nn::KVCache cache = test::expect_kv_cache_matches_full_forward(model, randint(0, 29, {2, 12}, DType::i64, &gen));
+  ASSERT_EQ(cache.k.size(), 2u);
   EXPECT_EQ(cache.k[0].sizes(), (Shape{2, 2, 12, 4}));  // only the kv heads are cached
-  EXPECT_TRUE(test::all_close(cat(parts, 1), full, 1e-11, 1e-12));
-  EXPECT_THROW(model.forward(idx.narrow(1, 0, 1), cache), ShapeError);
 }
 
 TEST(Llama, GenerateRaggedGreedyEqualsFullForwardArgmax) {
@@ -79,18 +71,8 @@ TEST(Llama, GenerateRaggedGreedyEqualsFullForwardArgmax) {
   // 11 new tokens: past block_size (12) for the longest prompt, so the crop path runs too.
   const auto out = model.generate(prompts, {.max_new_tokens = 11, .temperature = 0.0});
   ASSERT_EQ(out.size(), prompts.size());
-  NoGradGuard ng;
-  for (size_t b = 0; b < prompts.size(); ++b) {
-    // Reference: each prompt alone, the whole (cropped) context recomputed every step.
-    std::vector<int64_t> seq = prompts[b];
-    for (int i = 0; i < 11; ++i) {
-      const size_t start = seq.size() > 12 ? seq.size() - 12 : 0;
-      const std::vector<int64_t> ctx(seq.begin() + int64_t(start), seq.end());
-      Tensor logits = model.forward(tensor<int64_t>(ctx, {1, int64_t(ctx.size())}));
-      seq.push_back(logits.select(1, int64_t(ctx.size()) - 1).narrow(1, 0, 29).argmax(1).item<int64_t>());
-    }
-    EXPECT_EQ(out[b], seq) << "prompt " << b;
-  }
+  for (size_t b = 0; b < prompts.size(); ++b)
+    EXPECT_EQ(out[b], test::greedy_reference(model, prompts[b], 11)) << "prompt " << b;
 }
 
 TEST(Llama, RecomputeGivesIdenticalGradients) {
@@ -99,19 +81,7 @@ TEST(Llama, RecomputeGivesIdenticalGradients) {
   model.to(DType::f64);
   Tensor idx = randint(0, 29, {2, 12}, DType::i64, &gen);
   Tensor targets = randint(0, 29, {2, 12}, DType::i64, &gen);
-  std::vector<Tensor> grads[2];
-  double losses[2];
-  for (int r = 0; r < 2; ++r) {
-    model.recompute = r == 1;
-    model.zero_grad();
-    Tensor loss = model.forward(idx, targets);
-    loss.backward();
-    losses[r] = loss.item<double>();
-    for (const Tensor& p : model.parameters()) grads[r].push_back(p.grad().clone());
-  }
-  EXPECT_EQ(losses[0], losses[1]);
-  for (size_t i = 0; i < grads[0].size(); ++i)
-    EXPECT_TRUE(test::all_close(grads[1][i], grads[0][i], 1e-12, 1e-15)) << i;
+  test::expect_recompute_matches_plain_graph(model, idx, targets);
 }
 
 TEST(Llama, PresetParameterCountsInitAndOptimizerGroups) {
@@ -145,17 +115,9 @@ TEST(Llama, TinyPresetTrainsAndBadConfigsThrow) {
   c.padded_vocab_size = 128;
   manual_seed(3);
   nn::Llama model(c);
-  optim::AdamW opt(model.configure_optimizer_groups<optim::AdamWOptions>(0.1, {.lr = 1e-2}));
   Tensor idx = randint(0, 100, {2, 16}, DType::i64);
   Tensor targets = randint(0, 100, {2, 16}, DType::i64);
-  Tensor l0 = model.forward(idx, targets);
-  EXPECT_NEAR(l0.item<double>(), std::log(100.0), 0.1);
-  for (int i = 0; i < 5; ++i) {
-    opt.zero_grad();
-    model.forward(idx, targets).backward();
-    opt.step();
-  }
-  EXPECT_LT(model.forward(idx, targets).item<double>(), l0.item<double>() - 0.5);
+  test::expect_adamw_steps_fit_one_batch(model, idx, targets);
 
   EXPECT_THROW(nn::LlamaConfig::preset("llama-7b"), ValueError);
   nn::LlamaConfig bad = small_config();
@@ -179,53 +141,8 @@ TEST(LlamaCuda, MatchesCpuInF32AndUnderBf16AutocastAndCaptures) {
   c.padded_vocab_size = 128;
   manual_seed(11);
   nn::Llama cpu(c), gpu(c);
-  gpu.load_state_dict(cpu.state_dict());
-  gpu.to(Device::cuda());
   Tensor idx = randint(0, 100, {2, 40}, DType::i64);
   Tensor targets = randint(0, 100, {2, 40}, DType::i64);
-  Tensor loss_cpu = cpu.forward(idx, targets);
-  loss_cpu.backward();
-  const auto cpu_params = cpu.named_parameters();
-  const Tensor idx_d = idx.to(Device::cuda()), targets_d = targets.to(Device::cuda());
-
-  const bool tf32 = cuda::allow_tf32();
-  cuda::set_allow_tf32(false);
-  for (const bool bf16 : {false, true}) {
-    SCOPED_TRACE(bf16 ? "bf16 autocast" : "f32");
-    gpu.zero_grad();
-    Tensor loss_gpu;
-    {
-      amp::autocast ac(Device::cuda(), DType::bf16, bf16);
-      loss_gpu = gpu.forward(idx_d, targets_d);
-    }
-    loss_gpu.backward();
-    const double tol = bf16 ? 3e-2 : 1e-4;
-    EXPECT_NEAR(loss_gpu.item<double>(), loss_cpu.item<double>(), tol * std::fabs(loss_cpu.item<double>()));
-    const auto gpu_params = gpu.named_parameters();
-    for (size_t i = 0; i < cpu_params.size(); ++i) {
-      const Tensor& gc = cpu_params[i].second.grad();
-      const Tensor gg = gpu_params[i].second.grad().to(Device::cpu()).to(DType::f32);
-      const double scale = std::max(1e-3, gc.abs().max().item<double>());
-      EXPECT_TRUE(test::all_close(gg, gc, 0, (bf16 ? 5e-2 : 1e-4) * scale)) << cpu_params[i].first;
-    }
-  }
-  gpu.zero_grad();
-  Tensor eager = gpu.forward(idx_d, targets_d);
-  eager.backward();
-  std::vector<Tensor> eager_grads;
-  for (const Tensor& p : gpu.parameters()) eager_grads.push_back(p.grad().cpu());
-  gpu.zero_grad();
-  cuda::Graph g;
-  Tensor loss;
-  {
-    cuda::GraphCapture capture(g);
-    loss = gpu.forward(idx_d, targets_d);
-    loss.backward();
-  }
-  g.replay();
-  EXPECT_EQ(loss.item<double>(), eager.item<double>());
-  const auto params = gpu.parameters();
-  for (size_t i = 0; i < params.size(); ++i)
-    EXPECT_TRUE(test::all_close(params[i].grad().cpu(), eager_grads[i], 1e-6, 1e-7)) << i;
-  cuda::set_allow_tf32(tf32);
+  test::expect_cuda_matches_cpu(cpu, gpu, idx, targets);
+  test::expect_graph_replay_matches_eager(gpu, idx.to(Device::cuda()), targets.to(Device::cuda()));
 }
