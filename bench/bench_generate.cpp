@@ -16,7 +16,8 @@
 // the whole call (prefill included), the median of --steps calls after --warmup.
 // On a CPU the peer runs twice on the same --threads cores: torch's threads with
 // OPENBLAS_NUM_THREADS=1, and one torch thread with OPENBLAS_NUM_THREADS=--threads; per row the
-// faster counts (on OpenBLAS the second: both threaded, they oversubscribe the cores). Ends with one `result: {json}` line; ratio = ember / peer (> 1: faster).
+// faster counts (on OpenBLAS the second: both threaded, they oversubscribe the cores).
+// Ends with one `result: {json}` line; ratio = ember / peer (> 1: faster).
 #include <omp.h>
 
 #include <cstdio>

@@ -93,7 +93,7 @@ void install_folder(const std::string& dir, const std::string& tmp, const std::s
   // No atomic exchange on this file system: move the old one aside first. A crash in between
   // leaves no folder for this step, but `latest` still names the one before, which is intact.
   std::string aside = join_path(dir, str(kTrashPrefix, fs::path(final_path).filename().string(), "-",
-                                    detail::unique_suffix()));
+                                         detail::unique_suffix()));
   if (::rename(final_path.c_str(), aside.c_str()) != 0)
     detail::throw_errno(op, final_path, "cannot move the existing checkpoint aside", errno);
   if (::rename(tmp.c_str(), final_path.c_str()) != 0)
@@ -145,7 +145,8 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& dir) {
   std::vector<CheckpointEntry> out;
   for (const auto& name : list_names(dir, op)) {
     int64_t step = parse_step_name(name);
-    if (step >= 0 && fs::is_directory(join_path(dir, name), ec)) out.push_back({step, join_path(dir, name)});
+    const std::string path = join_path(dir, name);
+    if (step >= 0 && fs::is_directory(path, ec)) out.push_back({step, path});
   }
   std::sort(out.begin(), out.end(),
             [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });

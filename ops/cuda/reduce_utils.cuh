@@ -1,7 +1,8 @@
 // Device helpers shared by the CUDA reduce, nn, attention and classifier families (ops/cuda/
 // reduce.cu, nn.cu, attention.cu, classifier.cu) and other kernels: 16-byte vector packs,
-// 16-bit loads/stores through the hardware conversions, exp/log in the compute type, online softmax statistics, warp shuffles of any
-// small trivially-copyable value, and deterministic warp/row reductions.
+// 16-bit loads/stores through the hardware conversions, exp/log in the compute type, online
+// softmax statistics, warp shuffles of any small trivially-copyable value, and deterministic
+// warp/row reductions.
 //
 // Invariants (Note [deterministic CUDA reductions]):
 // - Every reduction here combines values in an order fixed by the launch shape alone (lane
