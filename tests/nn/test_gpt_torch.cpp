@@ -152,10 +152,8 @@ TEST_P(CausalLMTorch, EmberWeightsGiveTorchsLogitsLossAndGradients) {
 TEST_P(CausalLMTorch, OnCudaInF32) {
   EMBER_SKIP_WITHOUT_CUDA();
   if (python_with_torch().empty()) GTEST_SKIP() << "no python3 with torch";
-  const bool tf32 = cuda::allow_tf32();
-  cuda::set_allow_tf32(false);
+  cuda::AllowTF32Guard exact_f32(false);
   auto [status, output] = check_against_torch(GetParam(), DType::f32, Device::cuda(), 1e-4);
-  cuda::set_allow_tf32(tf32);
   if (status == 77) GTEST_SKIP() << "torch sees no GPU: " << output;
   EXPECT_EQ(status, 0) << output;
 }

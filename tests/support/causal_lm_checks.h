@@ -79,16 +79,6 @@ inline void expect_adamw_steps_fit_one_batch(nn::CausalLM& model, const Tensor& 
   EXPECT_LT(model.forward(idx, targets).item<double>(), l0.item<double>() - 0.5);
 }
 
-// TF32 off for a scope (CPU-exact f32 matmuls on the GPU), the previous setting restored even
-// when an assertion leaves early.
-struct Tf32Off {
-  bool was = cuda::allow_tf32();
-  Tf32Off() { cuda::set_allow_tf32(false); }
-  ~Tf32Off() { cuda::set_allow_tf32(was); }
-  Tf32Off(const Tf32Off&) = delete;
-  Tf32Off& operator=(const Tf32Off&) = delete;
-};
-
 // `gpu` (a model of cpu's config) takes cpu's weights and moves to the GPU; then one batch's
 // loss and every gradient on both, f32 with TF32 off (tight) and bf16 autocast (the
 // tensor-core attention path wants head dim 64) against the f32 CPU run at a bf16 tolerance.
@@ -100,7 +90,7 @@ inline void expect_cuda_matches_cpu(nn::CausalLM& cpu, nn::CausalLM& gpu, const 
   loss_cpu.backward();
   const auto cpu_params = cpu.named_parameters();
   const Tensor idx_d = idx.to(Device::cuda()), targets_d = targets.to(Device::cuda());
-  Tf32Off tf32_off;
+  cuda::AllowTF32Guard exact_f32(false);  // CPU-exact f32 matmuls, restored on any exit
   for (const bool bf16 : {false, true}) {
     SCOPED_TRACE(bf16 ? "bf16 autocast" : "f32");
     gpu.zero_grad();
