@@ -10,14 +10,13 @@
 # bench_sort, bench_indexing, bench_matmul, bench_generate), then bench/compile_time.sh, and prints the CPU
 # speed matrix of issue 23 (bench/cpu_matrix.py: each model row's ratio against its goal). The CPU peer
 # is only fair on an optimized BLAS: every result says its "peer_blas" (see the README).
-# --gpu: the GPU rows only —
-#   bench_gpt --preset gpt2-small --device cuda --amp bf16 -B 16 -T 1024   (eager torch peer)
-#   the same with --compile                                                (torch.compile peer)
-#   bench_attention --device cuda (bf16 against torch's flash SDPA),
-#   bench_generate --device cuda (GPT-2 124M KV-cache generation, B = 1 and 8),
-#   bench_gpt ... --cuda-graph --no-peer (ember's whole step replayed; set beside the two above),
-#   bench_mnist --device cuda (mlp, mlp --cuda-graph, cnn), bench_matmul, bench_bandwidth,
-#   bench_allocator, bench_pathological.
+# --gpu: the GPU rows only, in this order (the costliest peer last) —
+#   bench_gpt --preset gpt2-small --device cuda --amp bf16 -B 16 -T 1024   (eager torch peer),
+#   bench_attention --device cuda (bf16 against torch's flash SDPA), bench_matmul, bench_bandwidth,
+#   bench_mnist --device cuda (mlp, mlp --cuda-graph), bench_gpt ... --cuda-graph --no-peer (ember's
+#   whole step replayed; set beside the eager row), bench_mnist --model cnn, bench_generate --device
+#   cuda (GPT-2 124M KV-cache generation, B = 1 and 8), bench_pathological, bench_allocator, and
+#   bench_gpt ... --compile (torch.compile peer).
 # The Python is --python, else $EMBER_PYTHON, else the first of python3 and /usr/bin/python3
 # that imports torch (the GPU machine's own PyTorch; Debian's python3-torch on a CPU machine).
 #
@@ -79,16 +78,19 @@ run() {  # run <command...>: one benchmark run, its result line appended to runs
 if [[ $mode == gpu ]]; then
   gpt=("$bin/bench_gpt" --preset gpt2-small --device cuda --amp bf16 -B 16 -T 1024 --steps 20 --warmup 5
        --python "$python")
+  # Cheapest and most telling first, torch.compile's peer last: it spends a minute or more
+  # compiling, and a GPU call's time is short.
   run "${gpt[@]}"
-  run "${gpt[@]}" --compile
   run "$bin/bench_attention" --device cuda --python "$python"
-  run "$bin/bench_generate" --device cuda --python "$python"
-  run "${gpt[@]}" --cuda-graph --no-peer
+  run "$bin/bench_matmul" --python "$python"
+  [[ -x "$bin/bench_bandwidth" ]] && run "$bin/bench_bandwidth"
   run "$bin/bench_mnist" --device cuda --model mlp --python "$python"
   run "$bin/bench_mnist" --device cuda --model mlp --cuda-graph --python "$python"
+  run "${gpt[@]}" --cuda-graph --no-peer
   run "$bin/bench_mnist" --device cuda --model cnn --python "$python"
-  run "$bin/bench_matmul" --python "$python"
-  for b in bench_bandwidth bench_allocator bench_pathological; do [[ -x "$bin/$b" ]] && run "$bin/$b"; done
+  run "$bin/bench_generate" --device cuda --python "$python"
+  for b in bench_pathological bench_allocator; do [[ -x "$bin/$b" ]] && run "$bin/$b"; done
+  run "${gpt[@]}" --compile
 else
   for b in "$bin"/bench_*; do
     [[ -x "$b" && -f "$b" ]] || continue
