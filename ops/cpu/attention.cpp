@@ -246,11 +246,16 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
         for (int64_t r = 0; r < nq; ++r) {
           auto row = s.row(r).array();
           const C mnew = std::max(m[size_t(r)], row.maxCoeff());
-          // Causal rows see key 0 in the first block, so mnew is finite from then on; a masked
-          // row may see nothing yet: shifting by 0 keeps exp(-inf - shift) = 0, not NaN.
-          const C shift = mnew == -std::numeric_limits<C>::infinity() ? C(0) : mnew;
-          const C alpha = std::exp(m[size_t(r)] - shift);
-          row = (row - shift).exp();
+          // A row that sees no key yet (masked so far, or entirely) adds nothing. The zeros are
+          // written, not computed: Eigen's vectorized exp clamps its argument (near -88 in f32),
+          // so exp(-inf) is a denormal, not 0, and a fully masked row came out as the mean of V
+          // with lse = -inf (found by AttentionMaskCuda.FullyMaskedRow on the first GPU run).
+          if (mnew == -std::numeric_limits<C>::infinity()) {
+            row.setZero();
+            continue;
+          }
+          const C alpha = std::exp(m[size_t(r)] - mnew);  // std::exp(-inf) = 0 exactly
+          row = (row - mnew).exp();
           l[size_t(r)] = l[size_t(r)] * alpha + row.sum();
           acc.row(r) *= alpha;
           m[size_t(r)] = mnew;
@@ -333,8 +338,12 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
           p *= scale;
           if (causal && j0 + nk - 1 > i0 + off) mask_block(p, i0, j0, nq, nk, off);
           if (ex.has_mask()) ex.apply_mask(p, bh, i0, j0, nq, nk);
-          // lse = +inf (a fully masked row) gives P = 0 for the whole row.
-          for (int64_t r = 0; r < nq; ++r) p.row(r).array() = (p.row(r).array() - lh[i0 + r]).exp();
+          // lse = +inf (a fully masked row): P = 0 for the whole row, written as in the forward
+          // (Eigen's exp(-inf) is a denormal).
+          for (int64_t r = 0; r < nq; ++r) {
+            if (lh[i0 + r] == std::numeric_limits<C>::infinity()) p.row(r).setZero();
+            else p.row(r).array() = (p.row(r).array() - lh[i0 + r]).exp();
+          }
           dp.noalias() = gb * vb.transpose();
           if (ex.has_dropout()) {
             MapM<C> z(zbuf.data(), nq, nk);

@@ -77,14 +77,16 @@ class MnistExample : public ::testing::Test {
     write_split(root_ / "data", "t10k", 200, 2);
   }
   void TearDown() override { fs::remove_all(root_); }
-  std::string common() const {
-    return "--data " + (root_ / "data").string() + " --batch-size 64 --log-every 5 --workers 2 ";
+  // The flags every run shares (CLI11 refuses an option given twice: --log-every is set here).
+  std::string common(int log_every = 5) const {
+    return "--data " + (root_ / "data").string() + " --batch-size 64 --log-every " + std::to_string(log_every) +
+           " --workers 2 ";
   }
   // A CUDA run with `flags`, logging every step into root_/out: its metrics.csv's mean
   // training losses (column 2), one per step.
   std::vector<double> cuda_mean_losses(const std::string& flags, const std::string& out) {
     const fs::path dir = root_ / out;
-    ProcessResult r = run_mnist(common() + "--device cuda --log-every 1 --out " + dir.string() + " " + flags);
+    ProcessResult r = run_mnist(common(1) + "--device cuda --out " + dir.string() + " " + flags);
     EXPECT_EQ(r.status, 0) << r.output;
     std::ifstream csv(dir / "metrics.csv");
     std::string line;

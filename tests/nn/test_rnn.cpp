@@ -241,9 +241,11 @@ TEST(Rnn, CellKernelsCudaMatchCpu) {
     const int64_t N = 37, H = 45;
     Tensor gx = randn({4 * H, N}).to(dt), gh = randn({1, 4 * H}).to(dt), c = randn({N, H}).to(dt);
     Tensor w = randn({N, H}).to(dt);
+    // detach(): on the CPU to(dev) returns the tensor itself, which must stay a plain input
+    // for the CUDA run that follows.
     auto run = [&](Device dev) {
-      Tensor a = gx.to(dev).requires_grad_(true), b = gh.to(dev).requires_grad_(true),
-             cc = c.to(dev).requires_grad_(true);
+      Tensor a = gx.to(dev).detach().requires_grad_(true), b = gh.to(dev).detach().requires_grad_(true),
+             cc = c.to(dev).detach().requires_grad_(true);
       auto [h, cn] = lstm_cell_pointwise(a.transpose(0, 1), b.expand({N, 4 * H}), cc);
       Tensor loss = (h * w.to(dev)).sum() + (cn * cn).sum();
       auto g = autograd::grad({loss}, {a, b, cc});
@@ -254,8 +256,8 @@ TEST(Rnn, CellKernelsCudaMatchCpu) {
       EXPECT_TRUE(close_to_cpu(gpu[i], cpu[i], (i < 2 ? 1 : 4) * cuda_rtol(dt))) << i;
     Tensor g3 = randn({N, 3 * H}).to(dt), h3 = randn({N, 3 * H}).to(dt);
     auto run_gru = [&](Device dev) {
-      Tensor a = g3.to(dev).requires_grad_(true), b = h3.to(dev).requires_grad_(true),
-             p = c.to(dev).requires_grad_(true);
+      Tensor a = g3.to(dev).detach().requires_grad_(true), b = h3.to(dev).detach().requires_grad_(true),
+             p = c.to(dev).detach().requires_grad_(true);
       Tensor h = gru_cell_pointwise(a, b, p);
       auto g = autograd::grad({(h * w.to(dev)).sum()}, {a, b, p});
       return TensorList{h, g[0], g[1], g[2]};

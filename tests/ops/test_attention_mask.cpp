@@ -242,6 +242,31 @@ TEST(AttentionMask, FullyMaskedRowsGiveZerosAndZeroGrads) {
   }
 }
 
+// The kernel-level contract on the CPU, in every dtype and with rows long enough for Eigen's
+// vectorized exp (whose exp(-inf) is a denormal, not 0): a fully masked row gives out = 0,
+// lse = +inf, dq = 0 and nothing NaN. Before the first GPU run's fix the f32 CPU kernel gave
+// the row the mean of V and lse = -inf (its backward then NaN), which only the CUDA test saw.
+TEST(AttentionMask, FullyMaskedRowKernelContractOnTheCpu) {
+  Generator gen(50);
+  const int64_t B = 1, H = 2, Tq = 4, Tk = 40, D = 16;
+  std::vector<double> keepv(size_t(Tq * Tk), 1.0);
+  for (int64_t j = 0; j < Tk; ++j) keepv[size_t(1 * Tk + j)] = 0;  // row 1 sees nothing
+  const Tensor keep = tensor<double>(keepv, {Tq, Tk}).gt(0.5);
+  for (DType dt : {DType::f32, DType::bf16, DType::f64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor q = heads({B, H, Tq, D}, gen).to(dt), k = heads({B, H, Tk, D}, gen).to(dt),
+                 v = heads({B, H, Tk, D}, gen).to(dt), g = heads({B, H, Tq, D}, gen).to(dt);
+    const ops::AttentionExtras ex{keep, 0.0, {}};
+    const ops::AttentionForward f = ops::scaled_dot_product_attention_forward(q, k, v, ex, false);
+    const ops::AttentionBackward b = ops::scaled_dot_product_attention_backward(g, q, k, v, f.out, f.lse, ex, false);
+    for (double l : f.lse.select(2, 1).to_vector<double>()) EXPECT_EQ(l, kInf);
+    EXPECT_TRUE(all_close(f.out.select(2, 1), zeros({B, H, D}, DType::f64), 0, 0));
+    EXPECT_TRUE(all_close(b.dq.select(2, 1), zeros({B, H, D}, DType::f64), 0, 0));
+    for (const Tensor& t : {f.out, f.lse, b.dq, b.dk, b.dv})
+      for (double x : t.to_vector<double>()) ASSERT_FALSE(std::isnan(x));
+  }
+}
+
 TEST(AttentionMask, OldSignatureAndErrors) {
   Generator gen(46);
   const Tensor q = randn({1, 2, 4, 8}, DType::f64, &gen), k = randn({1, 2, 4, 8}, DType::f64, &gen),

@@ -9,6 +9,16 @@
 
 namespace ember::test {
 
+// TF32 off in every test process that links this library (every suite): a test comparing f32
+// CUDA with the CPU then compares exact f32 GEMMs unless it asks for TF32 itself
+// (cuda::AllowTF32Guard(true)). Rnn.CudaMatchesCpu forgot the guard and failed on the first
+// GPU run (LSTM projections through cuBLASLt's TF32); now no test can forget it. A static
+// initializer, not a gtest environment, so it holds before any test-time static runs too.
+[[maybe_unused]] static const bool exact_f32_in_tests = [] {
+  cuda::set_allow_tf32(false);
+  return true;
+}();
+
 std::vector<Device> test_devices() {
   std::vector<Device> d{Device::cpu()};
   // Always list CUDA so the cases show up (and skip) in CI: that keeps the suite identical.
