@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine that proves as much as its minutes allow, GPU-only work
+# first. Prepare here (../shared/device/README.md: fetch the data, `bash ../shared/device/pack.sh`),
+# then run on the device, carrying .device:
+#
+#   run (carry [".device"], timeout_s 600):  bash scripts/gpu_run.sh [PHASES] [-- CTEST_ARGS...]
+#
+# PHASES, comma-separated, default build,test,train,bench,sanitize, in this order:
+#   build     configure + build build-gpu/ (only what the phases run), every core; incremental
+#             while the machine stays warm
+#   test      ctest on the tests that touch the GPU (names: Cuda, NCCL, Devices/, graphs ... the
+#             regex below), then the rest of the suite beside the train phase on spare cores
+#             (CPU tests, proven in CI). CTEST_ARGS replace the GPU regex (e.g. -- -R Flash).
+#   train     real runs: MNIST MLP (eager, --cuda-graph, fp16 + GradScaler), CNN in bf16;
+#             gpt2-small in bf16 (30 steps), --cuda-graph, --recompute, --ddp as a world of one
+#   bench     bench/run_all.sh --gpu (ember against the machine's PyTorch, same run)
+#   sanitize  compute-sanitizer memcheck and racecheck on the CUDA test cases, while time lasts
+# No phase starts after GPU_RUN_BUDGET_S (default 540) seconds, and no step runs past it.
+# Back in $OUT: summary.txt (read it first), logs.tar.gz (every log: the device returns only a
+# handful of files, so everything else travels in the one archive), ctest-gpu-junit.xml (the
+# output of every failed test), bench-results.json.
+# Written after the first GPU run (2026-11-27), which lost its failing tests' logs to the file
+# count limit and two benchmarks to a SIGPIPE in `ninja -t targets | grep -q` under pipefail.
+set -uo pipefail
+start=$SECONDS
+budget=${GPU_RUN_BUDGET_S:-540}
+phases=${1:-build,test,train,bench,sanitize}; [[ $# -gt 0 ]] && shift
+[[ ${1:-} == -- ]] && shift
+ctest_filter=("$@")
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+out=${OUT:-/tmp/gpu-run-out}; mkdir -p "$out"
+logs=/tmp/gpu-run-logs; rm -rf "$logs"; mkdir -p "$logs"
+sum=$out/summary.txt; : > "$sum"
+say() { echo "$*" | tee -a "$sum"; }
+have() { [[ ",$phases," == *",$1,"* ]]; }
+time_left() { (( SECONDS - start < budget )); }
+pack_logs() { tar -czf "$out/logs.tar.gz" -C "$logs" . 2>/dev/null; }
+trap pack_logs EXIT  # also when the step in flight is killed: the archive is what comes back
+step() {  # step NAME TIMEOUT_S CMD...: CMD under a timeout, logged to $logs/NAME.log, one summary line
+  local name=$1 limit=$2; shift 2
+  if ! time_left; then say "SKIP $name (budget of ${budget}s spent)"; return 99; fi
+  local t0=$SECONDS rc left=$((budget + 15 - (SECONDS - start)))
+  (( limit > left )) && limit=$left
+  timeout --kill-after=5 "$limit" "$@" > "$logs/$name.log" 2>&1; rc=$?
+  say "$( ((rc == 0)) && echo PASS || { ((rc == 124)) && echo "TIMEOUT ${limit}s" || echo "FAIL rc=$rc"; } ) $name ($((SECONDS - t0)) s, at $((SECONDS - start)) s)"
+  return $rc
+}
+
+[[ -f .device/env.sh ]] || { say "no .device/env.sh: run bash ../shared/device/pack.sh here first and carry .device"; exit 2; }
+source .device/env.sh > "$logs/env.log" 2>&1
+say "gpu_run $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo '+dirty')"
+say "card: $(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader 2>/dev/null || echo none)"
+say "$(grep -m1 '^env.sh:' "$logs/env.log")"
+say "torch: $(python3 -c 'import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())' 2>&1 | tail -1); $(nvcc --version 2>&1 | tail -1); $(nproc) cpus"
+nvidia-smi > "$logs/nvidia-smi.log" 2>&1
+B=build-gpu
+bin=$B/bin
+
+# ---- build: the tests and what the other phases run (the full tree builds with EMBER_GPU_BUILD_ALL=1)
+if have build || [[ ! -x $bin/test_core ]]; then
+  [[ -f $B/build.ninja ]] || step configure 120 cmake -S . -B $B -G Ninja $EMBER_DEVICE_CMAKE_ARGS \
+    || tail -30 "$logs/configure.log" >> "$sum"
+  targets=()
+  if [[ ${EMBER_GPU_BUILD_ALL:-0} != 1 ]]; then
+    all_targets=$(ninja -C $B -t targets all 2>/dev/null)  # once, into a variable: no pipe to break
+    mapfile -t targets < <(sed -n 's/^\(test_[a-z_]*\): phony$/\1/p' <<< "$all_targets")
+    for t in mnist gpt ember_info bench_gpt bench_attention bench_generate bench_mnist bench_matmul \
+             bench_bandwidth bench_allocator bench_pathological cublas_gemm; do
+      grep -q "^$t: phony" <<< "$all_targets" && targets+=("$t")
+    done
+    targets=(--target "${targets[@]}")
+  fi
+  step build 300 cmake --build $B -j"$(nproc)" "${targets[@]}" -- -k 0 \
+    || grep -m30 -E 'error|FAILED' "$logs/build.log" >> "$sum"
+fi
+
+# ---- the tests that touch the GPU, first
+gpu_re='[Cc]uda|CUDA|Nccl|NCCL|Gpu|GPU|DDP|Ddp|Devices/|Flash|CublasLt|Graph|PinMemory|Deferred|Capturable|DeviceChoice|TestSupport|EmberInfo|Distributed|IndexErrors|Expanded|FloatToInteger|AttentionBudget|Fused|Foreach|Pretrained|CausalLMTorch|LargeTensors|Toolchain|Profiler|Determinis'
+select=(-R "$gpu_re")
+((${#ctest_filter[@]})) && select=("${ctest_filter[@]}")
+if have test && [[ -f $B/CTestTestfile.cmake ]]; then
+  say "test selects: $(ctest --test-dir $B -N "${select[@]}" 2>/dev/null | tail -1)"
+  step ctest-gpu 260 ctest --test-dir $B -j8 --timeout 200 --output-on-failure \
+       --output-junit "$out/ctest-gpu-junit.xml" "${select[@]}"
+  grep -E '% tests passed|tests failed out of' "$logs/ctest-gpu.log" | tail -1 | tee -a "$sum"
+  say "skipped: $(grep -c '\*\*\*Skipped' "$logs/ctest-gpu.log")"
+  sed -n '/The following tests FAILED/,$p' "$logs/ctest-gpu.log" | head -60 >> "$sum"
+fi
+
+# ---- real runs on the GPU, the CPU rest of the suite beside them
+rest_pid=
+if have test && ((${#ctest_filter[@]} == 0)) && [[ -f $B/CTestTestfile.cmake ]] && time_left; then
+  ( timeout --kill-after=5 150 ctest --test-dir $B -j5 --timeout 140 --output-on-failure \
+        -E "$gpu_re|install\.find_package" > "$logs/ctest-rest.log" 2>&1 ) &
+  rest_pid=$!
+fi
+if have train && [[ -x $bin/mnist ]]; then
+  step ember-info 30 "$bin/ember-info"
+  step mnist-mlp 60 "$bin/mnist" --device cuda --model mlp --epochs 1 --out /tmp/runs/mlp
+  step mnist-mlp-graph 60 "$bin/mnist" --device cuda --model mlp --epochs 1 --cuda-graph --out /tmp/runs/mlpg
+  step mnist-mlp-fp16 60 "$bin/mnist" --device cuda --model mlp --epochs 1 --amp fp16 --out /tmp/runs/mlp16
+  step mnist-cnn-bf16 90 "$bin/mnist" --device cuda --model cnn --epochs 1 --amp bf16 --out /tmp/runs/cnn
+  gpt_args=(--preset gpt2-small --device cuda --amp bf16 --batch-size 16 --seq-len 1024 --total-batch-tokens 16384)
+  short=(--steps 12 --eval-every 0 --sample-every 0 --log-every 1)
+  step gpt2-small 120 "$bin/gpt" "${gpt_args[@]}" --steps 30 --log-every 5 --out /tmp/runs/gpt
+  step gpt2-small-graph 60 "$bin/gpt" "${gpt_args[@]}" "${short[@]}" --cuda-graph --out /tmp/runs/gptg
+  step gpt2-small-recompute 60 "$bin/gpt" "${gpt_args[@]}" "${short[@]}" --recompute --out /tmp/runs/gptr
+  step gpt2-small-ddp1 60 "$bin/gpt" "${gpt_args[@]}" "${short[@]}" --ddp --out /tmp/runs/gptd
+  for f in mnist-mlp mnist-mlp-graph mnist-mlp-fp16 mnist-cnn-bf16 gpt2-small gpt2-small-graph gpt2-small-recompute gpt2-small-ddp1; do
+    [[ -f $logs/$f.log ]] && { printf '%s: ' "$f"; grep -E '^result: ' "$logs/$f.log" | tail -1 || tail -3 "$logs/$f.log"; } | cut -c1-600 | tee -a "$sum"
+  done
+  # Whether the loss fell: each run's metrics.csv (step, loss, ...), first and last rows.
+  for d in mlp mlpg mlp16 cnn gpt gptg gptr gptd; do
+    [[ -f /tmp/runs/$d/metrics.csv ]] || continue
+    cp /tmp/runs/$d/metrics.csv "$logs/metrics-$d.csv"
+    printf 'metrics %s: %s\n' "$d" "$(sed -n '2p;$p' /tmp/runs/$d/metrics.csv | cut -d, -f1-3 | tr '\n' ' ')" >> "$sum"
+  done
+fi
+if [[ -n $rest_pid ]]; then
+  wait "$rest_pid"; say "ctest-rest rc=$? (CPU tests beside the runs; cut at 150 s)"
+  grep -E '% tests passed|tests failed out of' "$logs/ctest-rest.log" | tail -1 | tee -a "$sum"
+  grep -E '\*\*\*Failed|\*\*\*Exception|\*\*\*Timeout' "$logs/ctest-rest.log" | head -40 >> "$sum"
+fi
+
+# ---- benchmarks against the machine's PyTorch
+if have bench && [[ -x $bin/bench_gpt ]]; then
+  # Its per-run logs land in $logs (the archive), never loose in $OUT.
+  step bench 420 bash bench/run_all.sh --gpu --bin "$bin" --out "$logs/bench-results.json"
+  cp "$logs/bench-results.json" "$out/" 2>/dev/null
+  grep -h '^result: ' "$logs"/bench-results.json.logs/*.log 2>/dev/null | cut -c1-600 >> "$sum"
+fi
+
+# ---- compute-sanitizer on the CUDA cases, while time lasts (API errors provoked on purpose,
+# such as the impossible allocation, show as "Program hit"; only kernel errors and hazards count)
+if have sanitize && [[ -x $bin/test_ops ]]; then
+  cuda_cases='*Cuda*:*cuda*:-*LargeTensors*:*MatchesCpuContiguous*:*Death*'
+  for t in test_ops test_optim test_amp test_core test_nn; do
+    step "memcheck-$t" 90 compute-sanitizer --tool memcheck "$bin/$t" --gtest_filter="$cuda_cases" || true
+    grep -m3 -E 'ERROR SUMMARY|Invalid (global|shared|local)' "$logs/memcheck-$t.log" | sed "s/^/memcheck-$t: /" >> "$sum"
+  done
+  step racecheck-test_ops 120 compute-sanitizer --tool racecheck "$bin/test_ops" \
+       --gtest_filter='FlashAttentionCuda.*:AttentionCuda.*:NnCuda*:ReduceCuda*:NormOpsCuda*:SortScanCuda*:-*MatchesCpuContiguous*' || true
+  grep -m5 -E 'RACECHECK SUMMARY|hazard' "$logs/racecheck-test_ops.log" >> "$sum"
+fi
+
+say "total $((SECONDS - start)) s"
+exit 0
