@@ -20,7 +20,8 @@ TensorList grad(const TensorList& outputs, const TensorList& inputs,
                 bool create_graph = false, bool allow_unused = false);
 
 // Activation checkpointing: runs fn without recording its intermediate activations and
-// recomputes them in backward (the RNG state is restored so dropout masks match).
+// recomputes them in backward (the RNG and autocast states are restored, so dropout masks and
+// the compute dtypes match the forward's).
 Tensor checkpoint(const std::function<Tensor(const TensorList&)>& fn, const TensorList& inputs);
 
 struct GradcheckOptions {
