@@ -184,6 +184,11 @@ __device__ __forceinline__ T row_reduce(T v, const Combine& combine, T* smem, bo
   if (warp == 0) {
     T w = s[lane < warps ? lane : 0];
     w = warp_reduce(w, combine, warps);
+    // Lanes past `warps` read s[0] above, which lane 0 now overwrites. The shuffles already
+    // order those reads first (each lane's read feeds its first shuffle), but only a
+    // __syncwarp says so in the memory model: compute-sanitizer racecheck reported this
+    // read/write pair in every kernel using row_reduce on the first GPU run (as warnings).
+    __syncwarp();
     if (lane == 0) s[0] = w;
     v = w;
   }
