@@ -16,7 +16,11 @@
 #   bench_mnist --device cuda (mlp, mlp --cuda-graph), bench_gpt ... --cuda-graph --no-peer (ember's
 #   whole step replayed; set beside the eager row), bench_mnist --model cnn, bench_generate --device
 #   cuda (GPT-2 124M KV-cache generation, B = 1 and 8), bench_pathological, bench_allocator, and
-#   bench_gpt ... --compile (torch.compile peer).
+#   bench_gpt ... --compile (torch.compile peer), then bench_gpt ... --no-peer --profile 3
+#   (the per-op table of an eager step, by CUDA time).
+# --only ROWS (GPU mode): a comma-separated subset of those rows, by name: gpt, attention, matmul,
+#   bandwidth, mnist-mlp, mnist-mlp-graph, gpt-graph, mnist-cnn, generate, pathological, allocator,
+#   gpt-compile, gpt-profile (a GPU call's minutes go to the rows not yet measured on a card).
 # The Python is --python, else $EMBER_PYTHON, else the first of python3 and /usr/bin/python3
 # that imports torch (the GPU machine's own PyTorch; Debian's python3-torch on a CPU machine).
 #
@@ -30,13 +34,15 @@ bin="$root/build/bin"
 out="bench-results.json"
 mode=cpu
 python="${EMBER_PYTHON:-}"
+only=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --gpu) mode=gpu ;;
     --bin) bin="$2"; shift ;;
     --out) out="$2"; shift ;;
     --python) python="$2"; shift ;;
-    -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    --only) only="$2"; shift ;;
+    -h|--help) sed -n '2,28p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "run_all: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -78,19 +84,25 @@ run() {  # run <command...>: one benchmark run, its result line appended to runs
 if [[ $mode == gpu ]]; then
   gpt=("$bin/bench_gpt" --preset gpt2-small --device cuda --amp bf16 -B 16 -T 1024 --steps 20 --warmup 5
        --python "$python")
-  # Cheapest and most telling first, torch.compile's peer last: it spends a minute or more
+  rows="gpt attention matmul bandwidth mnist-mlp mnist-mlp-graph gpt-graph mnist-cnn generate pathological allocator gpt-compile gpt-profile"
+  for r in ${only//,/ }; do
+    [[ " $rows " == *" $r "* ]] || { echo "run_all: unknown --only row $r (rows: $rows)" >&2; exit 2; }
+  done
+  want() { [[ -z $only || ",$only," == *",$1,"* ]]; }
+  # Cheapest and most telling first, torch.compile's peer late: it spends a minute or more
   # compiling, and a GPU call's time is short.
-  run "${gpt[@]}"
-  run "$bin/bench_attention" --device cuda --python "$python"
-  run "$bin/bench_matmul" --python "$python"
-  [[ -x "$bin/bench_bandwidth" ]] && run "$bin/bench_bandwidth"
-  run "$bin/bench_mnist" --device cuda --model mlp --python "$python"
-  run "$bin/bench_mnist" --device cuda --model mlp --cuda-graph --python "$python"
-  run "${gpt[@]}" --cuda-graph --no-peer
-  run "$bin/bench_mnist" --device cuda --model cnn --python "$python"
-  run "$bin/bench_generate" --device cuda --python "$python"
-  for b in bench_pathological bench_allocator; do [[ -x "$bin/$b" ]] && run "$bin/$b"; done
-  run "${gpt[@]}" --compile
+  want gpt && run "${gpt[@]}"
+  want attention && run "$bin/bench_attention" --device cuda --python "$python"
+  want matmul && run "$bin/bench_matmul" --python "$python"
+  want bandwidth && [[ -x "$bin/bench_bandwidth" ]] && run "$bin/bench_bandwidth"
+  want mnist-mlp && run "$bin/bench_mnist" --device cuda --model mlp --python "$python"
+  want mnist-mlp-graph && run "$bin/bench_mnist" --device cuda --model mlp --cuda-graph --python "$python"
+  want gpt-graph && run "${gpt[@]}" --cuda-graph --no-peer
+  want mnist-cnn && run "$bin/bench_mnist" --device cuda --model cnn --python "$python"
+  want generate && run "$bin/bench_generate" --device cuda --python "$python"
+  for b in pathological allocator; do want $b && [[ -x "$bin/bench_$b" ]] && run "$bin/bench_$b"; done
+  want gpt-compile && run "${gpt[@]}" --compile
+  want gpt-profile && run "${gpt[@]}" --no-peer --profile 3  # eager: each op's CUDA events
 else
   for b in "$bin"/bench_*; do
     [[ -x "$b" && -f "$b" ]] || continue

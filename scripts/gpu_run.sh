@@ -5,26 +5,32 @@
 #
 #   run (carry [".device"], timeout_s 600):  bash scripts/gpu_run.sh [PHASES] [-- CTEST_ARGS...]
 #
-# PHASES, comma-separated, default build,test,train,bench,sanitize, in this order:
+# PHASES, comma-separated, default build,test,rest,train,bench,sanitize, in this order:
 #   build     configure + build build-gpu/ (only what the phases run), every core; incremental
 #             while the machine stays warm
 #   test      ctest on the tests that touch the GPU (names: Cuda, NCCL, Devices/, graphs ... the
-#             regex below), then the rest of the suite beside the train phase on spare cores
-#             (CPU tests, proven in CI). CTEST_ARGS replace the GPU regex (e.g. -- -R Flash).
+#             regex below). CTEST_ARGS replace the GPU regex (e.g. -- -R Flash).
+#   rest      the rest of the suite (CPU tests, proven in CI) beside the train phase on spare cores
 #   train     real runs: MNIST MLP (eager, --cuda-graph, fp16 + GradScaler), CNN in bf16;
-#             gpt2-small in bf16 (30 steps), --cuda-graph, --recompute, --ddp as a world of one
-#   bench     bench/run_all.sh --gpu (ember against the machine's PyTorch, same run)
-#   sanitize  compute-sanitizer memcheck and racecheck on the CUDA test cases, while time lasts
+#             gpt2-small in bf16 (30 steps), --cuda-graph, --recompute, --ddp as a world of one;
+#             ResNet (on MNIST's digits), the character LSTM, llama-100m in bf16.
+#             GPU_RUN_TRAIN="name ..." runs only those (names: the step names below)
+#   bench     bench/run_all.sh --gpu (ember against the machine's PyTorch, same run);
+#             GPU_RUN_BENCH=row,row passes --only (run_all.sh's row names)
+#   sanitize  compute-sanitizer: memcheck on the CUDA test cases, racecheck on the kernels with
+#             block reductions, while time lasts
 # No phase starts after GPU_RUN_BUDGET_S (default 540) seconds, and no step runs past it.
 # Back in $OUT: summary.txt (read it first), logs.tar.gz (every log: the device returns only a
 # handful of files, so everything else travels in the one archive), ctest-gpu-junit.xml (the
 # output of every failed test), bench-results.json.
+# Spend a call on what no card has proven yet: e.g. the second run (2026-11-27) used
+#   GPU_RUN_TRAIN="gpt2-small-recompute resnet char-lstm llama" GPU_RUN_BENCH=matmul,mnist-mlp,...
 # Written after the first GPU run (2026-11-27), which lost its failing tests' logs to the file
 # count limit and two benchmarks to a SIGPIPE in `ninja -t targets | grep -q` under pipefail.
 set -uo pipefail
 start=$SECONDS
 budget=${GPU_RUN_BUDGET_S:-540}
-phases=${1:-build,test,train,bench,sanitize}; [[ $# -gt 0 ]] && shift
+phases=${1:-build,test,rest,train,bench,sanitize}; [[ $# -gt 0 ]] && shift
 [[ ${1:-} == -- ]] && shift
 ctest_filter=("$@")
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,6 +40,7 @@ logs=/tmp/gpu-run-logs; rm -rf "$logs"; mkdir -p "$logs"
 sum=$out/summary.txt; : > "$sum"
 say() { echo "$*" | tee -a "$sum"; }
 have() { [[ ",$phases," == *",$1,"* ]]; }
+train_wanted() { [[ -z ${GPU_RUN_TRAIN:-} || " $GPU_RUN_TRAIN " == *" $1 "* ]]; }
 time_left() { (( SECONDS - start < budget )); }
 pack_logs() { tar -czf "$out/logs.tar.gz" -C "$logs" . 2>/dev/null; }
 trap pack_logs EXIT  # also when the step in flight is killed: the archive is what comes back
@@ -90,28 +97,36 @@ fi
 
 # ---- real runs on the GPU, the CPU rest of the suite beside them
 rest_pid=
-if have test && ((${#ctest_filter[@]} == 0)) && [[ -f $B/CTestTestfile.cmake ]] && time_left; then
+if have rest && ((${#ctest_filter[@]} == 0)) && [[ -f $B/CTestTestfile.cmake ]] && time_left; then
   ( timeout --kill-after=5 150 ctest --test-dir $B -j5 --timeout 140 --output-on-failure \
         -E "$gpu_re|install\.find_package" > "$logs/ctest-rest.log" 2>&1 ) &
   rest_pid=$!
 fi
 if have train && [[ -x $bin/mnist ]]; then
-  step ember-info 30 "$bin/ember-info"
-  step mnist-mlp 60 "$bin/mnist" --device cuda --model mlp --epochs 1 --out /tmp/runs/mlp
-  step mnist-mlp-graph 60 "$bin/mnist" --device cuda --model mlp --epochs 1 --cuda-graph --out /tmp/runs/mlpg
-  step mnist-mlp-fp16 60 "$bin/mnist" --device cuda --model mlp --epochs 1 --amp fp16 --out /tmp/runs/mlp16
-  step mnist-cnn-bf16 90 "$bin/mnist" --device cuda --model cnn --epochs 1 --amp bf16 --out /tmp/runs/cnn
+  run() { local name=$1; shift; train_wanted "$name" && step "$name" "$@"; }  # run NAME TIMEOUT CMD...
+  run ember-info 30 "$bin/ember-info"
+  run mnist-mlp 60 "$bin/mnist" --device cuda --model mlp --epochs 1 --out /tmp/runs/mlp
+  run mnist-mlp-graph 60 "$bin/mnist" --device cuda --model mlp --epochs 1 --cuda-graph --out /tmp/runs/mlpg
+  run mnist-mlp-fp16 60 "$bin/mnist" --device cuda --model mlp --epochs 1 --amp fp16 --out /tmp/runs/mlp16
+  run mnist-cnn-bf16 90 "$bin/mnist" --device cuda --model cnn --epochs 1 --amp bf16 --out /tmp/runs/cnn
   gpt_args=(--preset gpt2-small --device cuda --amp bf16 --batch-size 16 --seq-len 1024 --total-batch-tokens 16384)
   short=(--steps 12 --eval-every 0 --sample-every 0 --log-every 1)
-  step gpt2-small 120 "$bin/gpt" "${gpt_args[@]}" --steps 30 --log-every 5 --out /tmp/runs/gpt
-  step gpt2-small-graph 60 "$bin/gpt" "${gpt_args[@]}" "${short[@]}" --cuda-graph --out /tmp/runs/gptg
-  step gpt2-small-recompute 60 "$bin/gpt" "${gpt_args[@]}" "${short[@]}" --recompute --out /tmp/runs/gptr
-  step gpt2-small-ddp1 60 "$bin/gpt" "${gpt_args[@]}" "${short[@]}" --ddp --out /tmp/runs/gptd
-  for f in mnist-mlp mnist-mlp-graph mnist-mlp-fp16 mnist-cnn-bf16 gpt2-small gpt2-small-graph gpt2-small-recompute gpt2-small-ddp1; do
+  run gpt2-small 120 "$bin/gpt" "${gpt_args[@]}" --steps 30 --log-every 5 --out /tmp/runs/gpt
+  run gpt2-small-graph 60 "$bin/gpt" "${gpt_args[@]}" "${short[@]}" --cuda-graph --out /tmp/runs/gptg
+  run gpt2-small-recompute 60 "$bin/gpt" "${gpt_args[@]}" "${short[@]}" --recompute --out /tmp/runs/gptr
+  run gpt2-small-ddp1 60 "$bin/gpt" "${gpt_args[@]}" "${short[@]}" --ddp --out /tmp/runs/gptd
+  # The other examples on the card: ResNet on the MNIST digits (Fashion-MNIST is not carried;
+  # the same IDX format), the character LSTM on the Brown corpus, Llama in bf16.
+  run resnet 90 "$bin/resnet" --device cuda --amp bf16 --data data/mnist --limit 10000 --epochs 1 --workers 2
+  run char-lstm 60 "$bin/char_lstm" --device cuda --steps 200 --eval-every 100 --sample 200
+  run llama 90 "$bin/gpt" --arch llama --preset llama-100m --device cuda --amp bf16 --batch-size 16 \
+      --seq-len 512 --total-batch-tokens 16384 --steps 20 --log-every 5 --eval-every 0 --sample-every 0 --out /tmp/runs/llama
+  for f in mnist-mlp mnist-mlp-graph mnist-mlp-fp16 mnist-cnn-bf16 gpt2-small gpt2-small-graph gpt2-small-recompute \
+           gpt2-small-ddp1 resnet char-lstm llama; do
     [[ -f $logs/$f.log ]] && { printf '%s: ' "$f"; grep -E '^result: ' "$logs/$f.log" | tail -1 || tail -3 "$logs/$f.log"; } | cut -c1-600 | tee -a "$sum"
   done
   # Whether the loss fell: each run's metrics.csv (step, loss, ...), first and last rows.
-  for d in mlp mlpg mlp16 cnn gpt gptg gptr gptd; do
+  for d in mlp mlpg mlp16 cnn gpt gptg gptr gptd llama; do
     [[ -f /tmp/runs/$d/metrics.csv ]] || continue
     cp /tmp/runs/$d/metrics.csv "$logs/metrics-$d.csv"
     printf 'metrics %s: %s\n' "$d" "$(sed -n '2p;$p' /tmp/runs/$d/metrics.csv | cut -d, -f1-3 | tr '\n' ' ')" >> "$sum"
@@ -126,7 +141,8 @@ fi
 # ---- benchmarks against the machine's PyTorch
 if have bench && [[ -x $bin/bench_gpt ]]; then
   # Its per-run logs land in $logs (the archive), never loose in $OUT.
-  step bench 420 bash bench/run_all.sh --gpu --bin "$bin" --out "$logs/bench-results.json"
+  only=(); [[ -n ${GPU_RUN_BENCH:-} ]] && only=(--only "$GPU_RUN_BENCH")
+  step bench 420 bash bench/run_all.sh --gpu --bin "$bin" --out "$logs/bench-results.json" "${only[@]}"
   cp "$logs/bench-results.json" "$out/" 2>/dev/null
   grep -h '^result: ' "$logs"/bench-results.json.logs/*.log 2>/dev/null | cut -c1-600 >> "$sum"
 fi
@@ -135,13 +151,18 @@ fi
 # such as the impossible allocation, show as "Program hit"; only kernel errors and hazards count)
 if have sanitize && [[ -x $bin/test_ops ]]; then
   cuda_cases='*Cuda*:*cuda*:-*LargeTensors*:*MatchesCpuContiguous*:*Death*'
-  for t in test_ops test_optim test_amp test_core test_nn; do
+  for t in ${GPU_RUN_MEMCHECK:-test_nn test_ops test_optim test_amp test_core}; do
     step "memcheck-$t" 90 compute-sanitizer --tool memcheck "$bin/$t" --gtest_filter="$cuda_cases" || true
     grep -m3 -E 'ERROR SUMMARY|Invalid (global|shared|local)' "$logs/memcheck-$t.log" | sed "s/^/memcheck-$t: /" >> "$sum"
   done
-  step racecheck-test_ops 120 compute-sanitizer --tool racecheck "$bin/test_ops" \
-       --gtest_filter='FlashAttentionCuda.*:AttentionCuda.*:NnCuda*:ReduceCuda*:NormOpsCuda*:SortScanCuda*:-*MatchesCpuContiguous*' || true
-  grep -m5 -E 'RACECHECK SUMMARY|hazard' "$logs/racecheck-test_ops.log" >> "$sum"
+  # The kernels with shared-memory block reductions (row_reduce and its users), then the rest;
+  # the flash kernels were clean on the first run.
+  step racecheck-reductions 120 compute-sanitizer --tool racecheck "$bin/test_ops" \
+       --gtest_filter='NnCuda*:NnOpsCuda*:ReduceCuda*:NormOpsCuda*:ClassifierCuda*:ForeachCuda*:ResidualLayerNormCuda*:SortScanCuda*:-*MatchesCpuContiguous*' || true
+  grep -m5 -E 'RACECHECK SUMMARY|hazard' "$logs/racecheck-reductions.log" | sed "s/^/racecheck-reductions: /" >> "$sum"
+  step racecheck-rest 120 compute-sanitizer --tool racecheck "$bin/test_ops" \
+       --gtest_filter='*Cuda*:*cuda*:-FlashAttentionCuda*:AttentionCuda*:NnCuda*:NnOpsCuda*:ReduceCuda*:NormOpsCuda*:ClassifierCuda*:ForeachCuda*:ResidualLayerNormCuda*:SortScanCuda*:*LargeTensors*:*MatchesCpuContiguous*:*Death*' || true
+  grep -m5 -E 'RACECHECK SUMMARY|hazard' "$logs/racecheck-rest.log" | sed "s/^/racecheck-rest: /" >> "$sum"
 fi
 
 say "total $((SECONDS - start)) s"
