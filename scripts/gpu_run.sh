@@ -157,11 +157,20 @@ fi
 # Classifier, Foreach, Nn, NnOps, NormOps, Reduce (float), AttentionMask, Indexing, RopeSwiglu,
 # Conv, Elementwise, FusedMlp: 0 hazards in ember's kernels.
 if have sanitize && [[ -x $bin/test_ops ]]; then
-  cuda_cases='*Cuda*:*cuda*:*Nccl*:-*LargeTensors*:*MatchesCpuContiguous*:*Death*'
+  # The tests that provoke CUDA API errors on purpose run apart (tests/sanitizer/cuda_provoked_errors.txt).
+  provoked_list=$(sed -e '/^#/d' -e '/^[[:space:]]*$/d' -e 's/[[:space:]].*//' tests/sanitizer/cuda_provoked_errors.txt)
+  provoked=$(paste -sd: <<< "$provoked_list")
+  cuda_cases="*Cuda*:*cuda*:*Nccl*:-*LargeTensors*:*MatchesCpuContiguous*:$provoked"
   for t in ${GPU_RUN_MEMCHECK:-test_distributed}; do
     step "memcheck-$t" 90 compute-sanitizer --tool memcheck "$bin/$t" --gtest_filter="$cuda_cases" || true
     grep -m3 -E 'ERROR SUMMARY|Invalid (global|shared|local)' "$logs/memcheck-$t.log" | sed "s/^/memcheck-$t: /" >> "$sum"
   done
+  # Their API errors are expected; a kernel's invalid access is not (death tests left out: they fork).
+  step memcheck-provoked 60 compute-sanitizer --tool memcheck "$bin/test_core" \
+       --gtest_filter="$(grep -v DeathTest <<< "$provoked_list" | paste -sd:)" || true
+  printf 'memcheck-provoked: %s kernel memory errors (API errors provoked on purpose: %s)\n' \
+    "$(grep -cE 'Invalid (global|shared|local)|Misaligned|Out of range' "$logs/memcheck-provoked.log")" \
+    "$(grep -c 'Program hit' "$logs/memcheck-provoked.log")" >> "$sum"
   race_default="test_ops:SortScanCuda test_ops:ReduceCuda.Integer test_ops:Cuda/IndexDevices test_ops:Cuda/PoolCuda
     test_ops:Devices/Matmul test_ops:Devices/Reduce test_ops:Devices/NnOps test_ops:Devices/IndexErrors
     test_optim:* test_amp:* test_nn:* test_autograd:*"

@@ -48,6 +48,10 @@ void synchronize(int device) {
   // Every device first, then a recorded fault (Note [deferred device checks]): raising after
   // the first would leave the others unwaited.
   for (int d = device < 0 ? 0 : device; d < (device < 0 ? device_count() : device + 1); ++d) {
+    // All devices: only those this process has a context on, the only ones that can have work.
+    // Synchronizing another would create its context (~0.5 GB, and an error on a GPU in
+    // exclusive-process mode that another rank holds): issue 40, item 6.
+    if (device < 0 && !detail::primary_context_active(d)) continue;
     const detail::DeviceGuard guard(d);
     EMBER_CUDA_CHECK(cudaDeviceSynchronize());
   }

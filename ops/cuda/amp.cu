@@ -119,10 +119,13 @@ void amp_unscale_and_check_kernel(const TensorList& grads, const Tensor& found_i
   t.n = 0;
   int64_t blocks = 0;
   auto flush = [&] {
-    if (t.n == 0) return;
-    t.chunk_begin[t.n] = blocks;
-    amp_unscale_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(t, flag, inv);
-    EMBER_CUDA_CHECK_LAUNCH();
+    // A table of empty tensors has no chunk to run: a launch of 0 blocks is an invalid
+    // configuration on the device, so there is none.
+    if (blocks > 0) {
+      t.chunk_begin[t.n] = blocks;
+      amp_unscale_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(t, flag, inv);
+      EMBER_CUDA_CHECK_LAUNCH();
+    }
     t.n = 0;
     blocks = 0;
   };

@@ -80,9 +80,12 @@ void launch_tables(const TensorList& ts, const std::vector<size_t>& idx, SetRow 
   t.n = 0;
   int64_t blocks = 0;
   auto flush = [&] {
-    if (t.n == 0) return;
-    t.chunk_begin[t.n] = blocks;
-    launch(t, blocks);
+    // Rows of empty tensors own no chunk, so no block would read them: a table of only those
+    // is not launched (0 blocks is an invalid launch configuration on the device).
+    if (blocks > 0) {
+      t.chunk_begin[t.n] = blocks;
+      launch(t, blocks);
+    }
     t.n = 0;
     blocks = 0;
   };

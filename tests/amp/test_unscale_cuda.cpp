@@ -83,5 +83,17 @@ TEST(FusedUnscaleCuda, ManyMixedGradientsWithOneNonFiniteAtAMiddleTensorsLastEle
   }
 }
 
+// Only empty (and undefined) gradients: nothing to launch, and a launch of zero blocks would
+// be an invalid configuration on the device (issue 40, item 8): the unscale is a no-op.
+TEST(FusedUnscaleCuda, OnlyEmptyGradientsLaunchNothing) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda(0);
+  const TensorList grads = {zeros({0}, dev), zeros({3, 0}, TensorOptions(DType::bf16).device(dev)), Tensor()};
+  Tensor found = zeros({1}, dev);
+  const Tensor inv = full({1}, 0.5, dev);
+  ASSERT_NO_THROW(ops::amp_unscale_and_check_(grads, found, inv));
+  EXPECT_EQ(found.item<double>(), 0.0);
+}
+
 }  // namespace
 }  // namespace ember::test

@@ -191,6 +191,21 @@ TEST(CudaRuntime, EveryCallPutsTheCallersDeviceBack) {
   EXPECT_TRUE(std::isfinite(z.item<double>()));
 }
 
+// synchronize() of every device waits only for devices this process has a context on: waiting
+// on another would create its context (issue 40, item 6). Each ctest case is its own process,
+// so cuda:0 has none yet unless the test's set-up made one.
+TEST(CudaRuntime, SynchronizeAllCreatesNoContext) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  if (cuda::detail::primary_context_active(0)) GTEST_SKIP() << "cuda:0 already has a context in this process";
+  cuda::synchronize();
+  EXPECT_FALSE(cuda::detail::primary_context_active(0));
+  // With work on the device, the same call waits for it.
+  Tensor y = randn({1 << 20}).to(Device::cuda(0)) * 3;
+  cuda::synchronize();
+  EXPECT_TRUE(cuda::detail::primary_context_active(0));
+  EXPECT_TRUE(std::isfinite(y.sum().item<double>()));
+}
+
 // A thread that never chose a device (cudaGetDevice reads 0) and works only on cuda:1 creates
 // no context on cuda:0: the guards do not "restore" a device nothing ran on.
 TEST(CudaRuntime, WorkOnOneDeviceCreatesNoContextOnDeviceZero) {
