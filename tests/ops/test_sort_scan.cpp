@@ -13,6 +13,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "support/attention_check.h"  // unit_roundoff
 #include "support/test_support.h"
 
 using namespace ember;
@@ -220,6 +221,42 @@ std::vector<double> ref_scan(const Tensor& x, int64_t d, bool prod) {
     }
   return out;
 }
+
+// The bound on |a - b| of two inclusive scans of x along d (x already rounded to its dtype)
+// that accumulate with unit roundoffs u_a and u_b and round each element to x's dtype. Each is
+// within (1.01 k u S_k) of the exact scan at position k (1-based), S_k the sum of |x_j| (cumsum:
+// any summation order) or |prod x_j| (cumprod: every product of k factors), plus its own
+// rounding to the output dtype (u_out of that value) and, where values reach the output's
+// subnormals, its smallest step; products accumulated in f32 also lose k f32 subnormal steps.
+// The CPU accumulates floating scans in double; the GPU 16-bit ones in f32 (ops/cuda/sort.cu).
+// Per element, so the late, decayed elements of a long product are checked as tightly as the
+// first ones (issue 40, item 5).
+Tensor scan_bound(const Tensor& x, int64_t d, bool prod, double u_a, double u_b, const Tensor& a,
+                  const Tensor& b) {
+  const DType dt = x.dtype();
+  const Tensor x64 = x.to(Device::cpu(), DType::f64);
+  const Tensor s = prod ? cumprod(x64, d).abs() : cumsum(x64.abs(), d);
+  Shape along(size_t(x.dim()), 1);
+  along[size_t(d)] = x.size(d);
+  const Tensor k = arange(1, x.size(d) + 1, 1, TensorOptions(DType::f64)).reshape(along);
+  const double tiny_out = dt == DType::f16 ? std::ldexp(1.0, -24)
+                          : dt == DType::bf16 ? std::ldexp(1.0, -133)
+                          : dt == DType::f32 ? std::ldexp(1.0, -149)
+                                             : std::numeric_limits<double>::denorm_min();
+  const double tiny_f32 = std::ldexp(1.0, -149);
+  Tensor bound = k.mul(1.01 * (u_a + u_b)).mul(s)
+                     .add(a.to(Device::cpu(), DType::f64).abs().add(b.to(Device::cpu(), DType::f64).abs())
+                              .mul(unit_roundoff(dt)))
+                     .add(2 * tiny_out);
+  if (prod) bound = bound.add(k.mul(2 * tiny_f32));
+  return bound;
+}
+
+// The accumulator's unit roundoff of a floating scan on the CPU (double) and on the GPU.
+double cpu_scan_roundoff(DType) { return std::ldexp(1.0, -53); }
+double cuda_scan_roundoff(DType dt) {
+  return dt == DType::f16 || dt == DType::bf16 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -53);
+}
 }  // namespace
 
 TEST(Scan, CumsumCumprodMatchReference) {
@@ -245,6 +282,40 @@ TEST(Scan, CumsumCumprodMatchReference) {
           EXPECT_EQ(y.sizes(), x.sizes());
           EXPECT_TRUE(test::all_close(y, x.sizes(), ref_scan(x, d < 0 ? d + 3 : d, prod), 1e-6, 1e-6));
         }
+}
+
+// The per-element scan bound against the old floor from the largest value: a scan computed in
+// another order (a blocked scan accumulating in f32, as the GPU's for 16-bit inputs) stays
+// within it on every element, and an error of 1% at a late element of a decaying product, which
+// rtol x max|value| never sees, is caught.
+TEST(Scan, PerElementBoundChecksTheDecayedElements) {
+  Generator g(5);
+  const Tensor x = rand({1, 3000}, DType::f64, &g).add(0.5).to(Device::cpu(), DType::f32);
+  const Tensor ref = cumprod(x, 1);  // accumulated in double, rounded to f32
+  // Blocks of 256 scanned in f32, then multiplied by the carry of the blocks before: the
+  // association a block scan uses.
+  std::vector<float> xs = x.to_vector<float>(), blocked(xs.size());
+  float carry = 1.0f;
+  for (size_t b0 = 0; b0 < xs.size(); b0 += 256) {
+    float local = 1.0f;
+    for (size_t i = b0; i < std::min(xs.size(), b0 + 256); ++i) {
+      local *= xs[i];
+      blocked[i] = carry * local;
+    }
+    carry = blocked[std::min(xs.size(), b0 + 256) - 1];
+  }
+  Tensor other = tensor(blocked, {1, 3000});
+  const double u32 = std::ldexp(1.0, -24);
+  EXPECT_TRUE(test::within_bound(other, ref, scan_bound(x, 1, true, std::ldexp(1.0, -53), u32, other, ref)));
+  const double late = ref.select(1, 1000).item<double>();
+  ASSERT_GT(late, std::ldexp(1.0, -126));  // a normal f32 value,
+  ASSERT_LT(late, 1e-12);                  // decayed 12 orders and more below the first ones
+  other.select(1, 1000).fill_(late * 1.01);
+  const Tensor bound = scan_bound(x, 1, true, std::ldexp(1.0, -53), u32, other, ref);
+  EXPECT_FALSE(test::within_bound(other, ref, bound))
+      << "bound at the changed element " << bound.select(1, 1000).item<double>() << ", value " << late;
+  EXPECT_TRUE(test::all_close(other, ref, 1e-3, 1e-3 * ref.abs().max().item<double>()))
+      << "the old check (rtol 1e-3 with a floor of rtol x max) would have missed it";
 }
 
 TEST(Scan, LongRowsEmptyAndZeroDim) {
@@ -565,7 +636,9 @@ TEST(SortScanCuda, ScansMatchCpu) {
           SCOPED_TRACE(str(dt, " ", shape, " dim ", d, prod ? " cumprod" : " cumsum"));
           Tensor h = prod ? cumprod(xt, d) : cumsum(xt, d);
           Tensor c = prod ? cumprod(xt.cuda(), d) : cumsum(xt.cuda(), d);
-          if (is_floating(dt)) EXPECT_TRUE(test::close_to_cpu(c, h, prod ? 1e-3 : test::cuda_rtol(dt) * 4));
+          if (is_floating(dt))
+            EXPECT_TRUE(test::close_to_cpu_within(
+                c, h, scan_bound(xt, d, prod, cpu_scan_roundoff(dt), cuda_scan_roundoff(dt), c, h)));
           else EXPECT_TRUE(same(c.cpu(), h));  // wrapping integer arithmetic is exact
         }
 }

@@ -148,4 +148,35 @@ double cuda_rtol(DType dt) {
   return all_close(cuda_result.to(Device::cpu()), cpu_result, rtol, rtol * scale);
 }
 
+::testing::AssertionResult within_bound(const Tensor& actual, const Tensor& expected, const Tensor& bound) {
+  if (actual.sizes() != expected.sizes() || bound.sizes() != expected.sizes())
+    return ::testing::AssertionFailure() << "shapes " << str(actual.sizes()) << ", " << str(expected.sizes())
+                                         << " and bound " << str(bound.sizes()) << " differ";
+  const std::vector<double> a = actual.to_vector<double>(), e = expected.to_vector<double>(),
+                            b = bound.to_vector<double>();
+  int64_t bad = 0;
+  std::ostringstream first;
+  for (size_t i = 0; i < e.size(); ++i) {
+    bool ok;
+    if (std::isnan(e[i])) ok = std::isnan(a[i]);
+    else if (std::isinf(e[i])) ok = a[i] == e[i];
+    else ok = std::isfinite(a[i]) && std::fabs(a[i] - e[i]) <= b[i];
+    if (ok) continue;
+    if (bad++ < 5)
+      first << "\n  flat index " << i << ": " << a[i] << " vs " << e[i] << " (|diff| "
+            << std::fabs(a[i] - e[i]) << " > bound " << b[i] << ")";
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " of " << e.size() << " elements outside their bound:" << first.str();
+}
+
+::testing::AssertionResult close_to_cpu_within(const Tensor& cuda_result, const Tensor& cpu_result,
+                                               const Tensor& bound) {
+  if (!cuda_result.device().is_cuda())
+    return ::testing::AssertionFailure() << "the CUDA result lives on " << cuda_result.device().str();
+  if (cuda_result.dtype() != cpu_result.dtype())
+    return ::testing::AssertionFailure() << dtype_name(cuda_result.dtype()) << " vs " << dtype_name(cpu_result.dtype());
+  return within_bound(cuda_result.to(Device::cpu()), cpu_result, bound);
+}
+
 }  // namespace ember::test

@@ -44,6 +44,14 @@ double cuda_rtol(DType dt);
 // undefined tensors agree; one undefined does not.
 ::testing::AssertionResult close_to_cpu(const Tensor& cuda_result, const Tensor& cpu_result,
                                         double rtol);
+// Elementwise: |actual - expected| <= bound (an f64 tensor of their shape on the CPU), NaN
+// exactly where expected is NaN, infinities equal; any devices. For results whose magnitudes
+// span many orders (scans, products), where close_to_cpu's floor from the largest value would
+// leave the small elements unchecked (issue 40, item 5); the first few violations are listed.
+::testing::AssertionResult within_bound(const Tensor& actual, const Tensor& expected, const Tensor& bound);
+// within_bound for a CUDA result against its CPU twin (same dtype and shape).
+::testing::AssertionResult close_to_cpu_within(const Tensor& cuda_result, const Tensor& cpu_result,
+                                               const Tensor& bound);
 
 // A named array from a fixture file: lines "name shape... : values...".
 struct Fixture {
