@@ -97,6 +97,19 @@ class CudaBackend final : public CachingAllocator::Backend {
     EMBER_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
+  uint64_t capture_id(CachingAllocator::StreamHandle stream) override {
+    DeviceGuard guard(device_);
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    const cudaError_t err = cudaStreamGetCaptureInfo(static_cast<cudaStream_t>(stream), &status, &id);
+    if (err == cudaErrorStreamCaptureImplicit) {  // the legacy stream beside a capture: not one
+      (void)cudaGetLastError();
+      return 0;
+    }
+    EMBER_CUDA_CHECK(err);
+    return status == cudaStreamCaptureStatusActive ? uint64_t(id) : 0;  // the id is valid only then
+  }
+
  private:
   int device_;
 };

@@ -123,11 +123,19 @@ void CachingAllocator::deallocate(void* ptr, size_t) {
 }
 
 CachingAllocator::BlockPool& CachingAllocator::pool_for(size_t size, StreamHandle stream) {
-  for (auto& [id, capture_stream] : captures_) {
-    if (capture_stream == stream) {
-      PrivatePool& pp = *private_pools_.at(id);
-      return size <= kSmallSize ? pp.small : pp.large;
-    }
+  auto private_pool = [&](PoolId id) -> BlockPool& {
+    PrivatePool& pp = *private_pools_.at(id);
+    return size <= kSmallSize ? pp.small : pp.large;
+  };
+  for (auto& [id, capture_stream] : captures_)
+    if (capture_stream == stream) return private_pool(id);
+  // A side stream joined into a capture allocates for that graph too: served from the
+  // general pool, its block could be handed to eager work while replays still write it.
+  // Matched by CUDA's capture id (the capture stream's own is known once capture began).
+  if (!captures_.empty()) {
+    if (const uint64_t joined = backend_->capture_id(stream); joined != 0)
+      for (auto& [id, capture_stream] : captures_)
+        if (backend_->capture_id(capture_stream) == joined) return private_pool(id);
   }
   return size <= kSmallSize ? *small_pool_ : *large_pool_;
 }

@@ -38,6 +38,7 @@ struct MockState {
   int events_created = 0;
   std::set<void*> dead_streams;  // recording on these throws (a destroyed stream)
   int queries_until_failure = -1;  // >= 0: that many event queries answer, the next throws
+  std::map<void*, uint64_t> capture_ids;  // streams taking part in a capture, by its id
 
   // All events recorded on `stream` so far complete (the stream's queued work finished).
   void finish(void* s) {
@@ -117,6 +118,11 @@ class MockBackend final : public CA::Backend {
     std::lock_guard<std::mutex> lock(s_->mutex);
     for (auto& [h, e] : s_->events) e->done = true;
     ++s_->syncs;
+  }
+  uint64_t capture_id(CA::StreamHandle stream) override {
+    std::lock_guard<std::mutex> lock(s_->mutex);
+    auto it = s_->capture_ids.find(stream);
+    return it == s_->capture_ids.end() ? 0 : it->second;
   }
 
  private:
@@ -415,6 +421,38 @@ TEST(FormatBytes, HumanUnits) {
   EXPECT_EQ(format_bytes(1023), "1023 B");
   EXPECT_EQ(format_bytes(1536), "1.50 KiB");
   EXPECT_EQ(format_bytes(uint64_t(1) << 50), "1.00 PiB");
+}
+
+// A side stream joined into the capture (it waited on an event of the capture stream, so CUDA
+// reports the capture's id for it) allocates for the graph too: from the graph's pool, never
+// from the general one, where its block would go to eager work while replays write it (issue
+// 40, item 7). A stream outside the capture still gets the general pools.
+TEST_F(CachingAllocatorTest, SideStreamJoinedIntoACaptureAllocatesFromTheGraphsPool) {
+  mock->stream = kStreamA;
+  void* const kCapture = reinterpret_cast<void*>(0x3000);
+  void* cached_b = alloc->allocate(4096, kStreamB);
+  alloc->free(cached_b);  // a free block of the general pool on stream B
+  CA::PoolId pool = alloc->create_pool();
+  alloc->begin_allocate_to_pool(pool, kCapture);
+  mock->capture_ids[kCapture] = 41;  // cudaStreamBeginCapture
+  mock->capture_ids[kStreamB] = 41;  // B joins the capture
+  void* side = alloc->allocate(4096, kStreamB);
+  EXPECT_NE(side, cached_b) << "the joined side stream took a block of the general pool";
+  void* on_capture = alloc->allocate(4096, kCapture);
+  EXPECT_NE(on_capture, cached_b);
+  void* outside = alloc->allocate(4096, kStreamA);  // A is not capturing: the general pool
+  alloc->free(outside);
+  alloc->end_allocate_to_pool(pool);
+  EXPECT_EQ(alloc->allocate(4096, kStreamA), outside);
+  alloc->free(outside);
+  mock->capture_ids.clear();  // the capture ended; B is an ordinary stream again
+  alloc->free(side);          // the graph's side output dies; its block stays the graph's
+  void* eager_b = alloc->allocate(4096, kStreamB);
+  EXPECT_NE(eager_b, side) << "eager work on B was handed a block replays still write";
+  EXPECT_EQ(eager_b, cached_b);
+  alloc->free(eager_b);
+  alloc->free(on_capture);
+  alloc->release_pool(pool);
 }
 
 TEST_F(CachingAllocatorTest, GraphPoolServesCaptureAndKeepsItsSegments) {

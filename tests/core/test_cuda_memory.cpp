@@ -4,6 +4,7 @@
 
 #include <ember/cuda_graph.h>
 #include <ember/cuda_memory.h>
+#include <ember/cuda_stream.h>
 
 using namespace ember;
 using ember::test::all_close;
@@ -190,4 +191,50 @@ TEST(CudaGraph, MisuseIsAnError) {
   g.capture_end();  // an empty capture is fine
   EXPECT_THROW(g.capture_begin(), ValueError);  // holds a capture: reset() first
   g.reset();
+}
+
+// A side stream joined into a capture (it waits on an event the capture stream recorded)
+// allocates for the graph: its block comes from the graph's pool and stays the graph's after
+// the tensor dies, so eager work on that stream never gets memory replays still write (issue
+// 40, item 7: the allocator matches on CUDA's capture id, not on the capture stream).
+TEST(CudaGraph, SideStreamJoinedIntoTheCaptureAllocatesFromTheGraphsPool) {
+  SKIP_WITHOUT_CUDA();
+  NoGradGuard no_grad;
+  const Device dev = Device::cuda(0);
+  const int64_t n = 1 << 16;
+  Tensor x = randn({n}).to(dev);
+  cuda::Stream side;
+  {  // warm-up: the kernels and the side stream's first use outside the capture
+    cuda::StreamGuard on_side(side);
+    (void)(x + 1);
+  }
+  cuda::synchronize();
+  cuda::Graph g;
+  Tensor y, z;
+  {
+    cuda::GraphCapture capture(g);
+    y = x * 2;
+    cuda::Event fork;
+    fork.record();
+    side.wait(fork);  // the side stream joins the capture
+    {
+      cuda::StreamGuard on_side(side);
+      z = y + 1;  // allocated on the side stream, during the capture
+    }
+    cuda::Event rejoin;
+    rejoin.record(side);
+    cuda::current_stream().wait(rejoin);
+  }
+  g.replay();
+  cuda::synchronize();
+  EXPECT_TRUE(all_close(z.to(Device::cpu()), x.to(Device::cpu()) * 2 + 1));
+  const void* z_ptr = z.data_ptr();
+  z = Tensor();  // the graph's side output dies; replays still write its block
+  Tensor eager;
+  {
+    cuda::StreamGuard on_side(side);
+    eager = empty({n}, dev);
+  }
+  EXPECT_NE(eager.data_ptr(), z_ptr) << "eager work on the side stream got the graph's block";
+  cuda::synchronize();
 }

@@ -83,6 +83,9 @@ class CachingAllocator final : public Allocator {
     virtual void event_synchronize(EventHandle event) = 0;
     // Waits for all work on the device (before segments go back to the driver).
     virtual void synchronize() = 0;
+    // The id of the graph capture `stream` takes part in (its own, or one it was joined into
+    // by waiting on an event of a capturing stream), 0 when it is not capturing.
+    virtual uint64_t capture_id(StreamHandle stream) = 0;
   };
 
   static constexpr size_t kMinBlockSize = 512;          // rounding unit
@@ -124,9 +127,10 @@ class CachingAllocator final : public Allocator {
   std::string summary() const;
 
   // Graph capture (see cuda::Graph). create_pool returns a private pool held once;
-  // begin_allocate_to_pool routes allocations on `stream` to it until
-  // end_allocate_to_pool; release_pool drops the hold, after which its segments are freed as
-  // soon as they hold no live block.
+  // begin_allocate_to_pool routes allocations on `stream` to it until end_allocate_to_pool,
+  // and those on any stream taking part in the same capture (the backend's capture_id: a side
+  // stream joined into it), as PyTorch 2.1+ matches on the capture id; release_pool drops the
+  // hold, after which its segments are freed as soon as they hold no live block.
   PoolId create_pool();
   void begin_allocate_to_pool(PoolId pool, StreamHandle stream);
   void end_allocate_to_pool(PoolId pool);
