@@ -116,17 +116,32 @@ LinearCrossEntropyBackward linear_cross_entropy_backward(const Tensor& grad, con
               "] and the factor its ", st, " scalar, got ", dlogits.dtype(), " ", dlogits.sizes(), " and ",
               grad_factor.dtype(), " ", grad_factor.sizes());
   const Tensor g = to(grad, grad.device(), st);  // grad itself when already st
+  // The scale g * factor (1/count for the mean; g holds a GradScaler's loss scale) goes on the
+  // GEMM results: one pass over [N, C] and [Vp, C] instead of [N, Vp]. Not in f16 (at most
+  // 65504): dW of a frequent class sums N rows of (p - 1) x, which overflows in the GEMM's f16
+  // output before any later scale, and a GradScaler would skip every step however far it
+  // backed off. There dlogits is scaled first, into a copy (the saved one must serve a second
+  // backward), the order of the unfused cross_entropy + linear backward: issue 40, item 9.
+  const bool scale_first = x.dtype() == DType::f16;
+  Tensor d = dlogits;
+  if (scale_first && d.numel() > 0) {
+    d = dlogits.clone();
+    EMBER_DISPATCH_KERNEL(x.device(), linear_cross_entropy_scale_kernel, d, g, grad_factor);
+  }
+  auto scale_result = [&](const Tensor& r) {
+    if (!scale_first && r.numel() > 0)
+      EMBER_DISPATCH_KERNEL(x.device(), linear_cross_entropy_scale_kernel, r, g, grad_factor);
+  };
   LinearCrossEntropyBackward out;
   if (needs[0]) {
-    Tensor dx = matmul(dlogits, weight);  // [N, C]
-    if (dx.numel() > 0) EMBER_DISPATCH_KERNEL(x.device(), linear_cross_entropy_scale_kernel, dx, g, grad_factor);
+    Tensor dx = matmul(d, weight);  // [N, C]
+    scale_result(dx);
     out.dx = detail::make_view(dx, x.sizes(), contiguous_strides(x.sizes()), 0);
   }
   if (needs[1]) {
-    const Tensor dlt = detail::make_view(dlogits, {vp, n}, {1, vp}, dlogits.storage_offset());
+    const Tensor dlt = detail::make_view(d, {vp, n}, {1, vp}, d.storage_offset());
     out.dweight = matmul(dlt, as_rows_2d(x, n, c));  // [Vp, C]
-    if (out.dweight.numel() > 0)
-      EMBER_DISPATCH_KERNEL(x.device(), linear_cross_entropy_scale_kernel, out.dweight, g, grad_factor);
+    scale_result(out.dweight);
   }
   return out;
 }

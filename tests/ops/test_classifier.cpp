@@ -167,6 +167,36 @@ TEST(Classifier, BadInputs) {
                NotImplementedError);
 }
 
+// f16 holds at most 65504. 4096 rows of one class with x = 16 and p(class) ~ 0: the unscaled
+// dW row sums 4096 * (p - 1) * 16 ~ -65536, beyond f16, while the gradient (the mean) is
+// ~ -16. Scaling after the GEMMs gave -inf, so a GradScaler skipped every step; the scale
+// goes first in f16 (issue 40, item 9). Against the f64 composite on the same rounded inputs,
+// on every device.
+TEST(Classifier, F16GradientOfAFrequentClassDoesNotOverflow) {
+  for (const Device dev : test::test_devices()) {
+    if (dev.is_cuda() && !cuda::is_available()) {  // the CPU half still counts here
+      if (test::cuda_expected()) ADD_FAILURE() << "a GPU is on this machine but this build sees none";
+      continue;
+    }
+    SCOPED_TRACE(dev.str());
+    const int64_t n = 4096, c = 4, v = 8;
+    Tensor x = full({n, c}, 16.0, TensorOptions(DType::f16));
+    Tensor w = zeros({v, c}, TensorOptions(DType::f16));
+    w.select(0, 0).fill_(-1.0);  // class 0's logit -64: p(0) ~ 1e-28, and every target is 0
+    const Tensor t = zeros({n}, TensorOptions(DType::i64));
+    Tensor xd = x.to(dev).detach().requires_grad_(), wd = w.to(dev).detach().requires_grad_();
+    linear_cross_entropy(xd, wd, t.to(dev)).backward();
+    const Tensor dw = wd.grad().cpu();
+    EXPECT_TRUE(dw.isfinite().all().item<bool>()) << "dW overflowed f16: " << dw.select(0, 0);
+    // The reference: the composite in f64 from the same values.
+    Tensor x64 = x.to(DType::f64).detach().requires_grad_(), w64 = w.to(DType::f64).detach().requires_grad_();
+    cross_entropy(linear(x64, w64), t).backward();
+    EXPECT_TRUE(test::all_close(dw, w64.grad().to(DType::f16), 2e-3, 1e-3));
+    EXPECT_TRUE(test::all_close(xd.grad().cpu(), x64.grad().to(DType::f16), 2e-3, 1e-6));
+    EXPECT_LT(dw.select(0, 0).select(0, 0).item<double>(), -15.0);  // ~ -16: the mean's scale
+  }
+}
+
 // ---------------------------------------------------------------- CUDA against the CPU
 
 namespace {
