@@ -1,0 +1,249 @@
+// The SIMT layer of ember's CUDA simulation (issue 39): CUDA kernels compiled as host C++ and
+// executed on the CPU, one fiber per CUDA thread, so that CI (no GPU) runs ember's own kernels.
+//
+// Include it after the CUDA headers (cuda_runtime.h, cuda_fp16.h, cuda_bf16.h: the types and
+// the host halves of the conversions) and before the kernel sources; it redefines what a host
+// compiler cannot express: __shared__, threadIdx/blockIdx/blockDim/gridDim, the warp
+// collectives, barriers, atomics and the device-only intrinsics.
+//
+// Invariants:
+// - Blocks run one after another on the calling OS thread; the threads of a block are fibers
+//   (ucontext) on that thread with stacks of their own, so locals stay private and any control
+//   flow works. A fiber runs until it reaches a synchronization point (__syncthreads, a
+//   __*_sync warp collective) or exits; only then does the scheduler switch.
+// - __shared__ storage is thread_local static storage: one instance per kernel function
+//   (instantiation), seen by every fiber of the block, reused by the next block (blocks never
+//   overlap). Dynamic shared memory is one buffer per launch, dynamic_shared_memory(), filled
+//   with 0xFF bytes (NaN in every float type) before each block. (Kernels that declare it with
+//   `extern __shared__` reach it once the launch point of the next step rewrites nothing but
+//   that declaration.)
+// - A barrier releases when every thread of the block waits at it. A thread that exited
+//   before a barrier the others wait at is an error (strict, the default): ember's kernels
+//   keep out-of-range threads alive to the last barrier (Note in ops/cuda/reduce_utils.cuh).
+// - A warp collective releases when every lane its mask names has arrived at a collective
+//   with the same operation and mask; a lane missing from its own mask, a mask naming an exited
+//   lane, lanes meeting at different collectives, and a shuffle reading a lane outside the
+//   mask are errors. No runnable thread and no releasable barrier or collective: a deadlock,
+//   reported with every thread's state. Errors throw SimError out of launch().
+// - Schedules (EMBER_SIM_LANES=fwd|rev|rand:SEED, EMBER_SIM_WARPS=lockstep|eager|eager-rev,
+//   or Schedule in code): the order lanes run between sync points and how far warps run ahead
+//   of each other. A kernel whose result depends on them is missing a barrier.
+// - Launches are checked as an H100 checks them: block <= 1024 threads (x, y <= 1024, z <=
+//   64), grid x < 2^31, y and z <= 65535, dynamic shared memory <= 48 KB unless the kernel
+//   opted in (set_max_dynamic_shared_memory, up to 227 KB), parameters <= 32764 bytes.
+//
+// What it cannot find, left to the GPU run: inter-block and cross-stream timing (blocks run in
+// order), real tensor-core rounding, performance.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace ember::cuda::sim {
+
+struct SimError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class LaneOrder : uint8_t { forward, reverse, random };
+enum class WarpPolicy : uint8_t { lockstep, eager, eager_reverse };
+struct Schedule {
+  LaneOrder lanes = LaneOrder::forward;
+  WarpPolicy warps = WarpPolicy::lockstep;
+  uint64_t seed = 1;  // LaneOrder::random
+};
+// The schedule of later launches on this thread (default: from the environment, else forward
+// lockstep). ScheduleGuard sets one for a scope.
+Schedule schedule();
+void set_schedule(const Schedule& s);
+struct ScheduleGuard {
+  explicit ScheduleGuard(const Schedule& s) : saved_(schedule()) { set_schedule(s); }
+  ~ScheduleGuard() { set_schedule(saved_); }
+  ScheduleGuard(const ScheduleGuard&) = delete;
+  ScheduleGuard& operator=(const ScheduleGuard&) = delete;
+
+ private:
+  Schedule saved_;
+};
+
+constexpr size_t kDefaultDynamicSharedLimit = 48 * 1024, kMaxDynamicSharedOptIn = 227 * 1024;
+constexpr size_t kMaxParameterBytes = 32764;
+
+// The running block's dynamic shared memory (nullptr outside a kernel).
+inline unsigned char* dynamic_shared_memory();
+
+// What cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) does.
+void set_max_dynamic_shared_memory(const void* kernel, size_t bytes);
+
+struct Stats {
+  uint64_t launches = 0, blocks = 0, threads = 0, barriers = 0, warp_collectives = 0;
+};
+Stats stats();
+
+namespace detail {
+
+// The thread being emulated; set by the scheduler before each switch into a fiber.
+inline thread_local uint3 t_thread_idx{}, t_block_idx{};
+inline thread_local dim3 t_block_dim{1, 1, 1}, t_grid_dim{1, 1, 1};
+inline thread_local unsigned char* t_dynamic_shared = nullptr;
+
+enum class Collective : uint8_t { syncwarp, shfl_idx, shfl_up, shfl_down, shfl_xor, ballot, any, all, match_any };
+// One lane's part in a warp collective: blocks the fiber until the collective releases and
+// returns this lane's result (the value read, the ballot bits, ...).
+uint64_t warp_collective(Collective op, unsigned mask, uint64_t value, int arg, int width, const char* where);
+void sync_threads(const char* where);
+
+using Body = void (*)(void* closure);
+void run_grid(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared, size_t parameter_bytes,
+              Body body, void* closure);
+
+}  // namespace detail
+inline unsigned char* dynamic_shared_memory() { return detail::t_dynamic_shared; }
+namespace detail {
+
+template <class T>
+uint64_t to_bits(T v) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
+  uint64_t b = 0;
+  std::memcpy(&b, &v, sizeof(T));
+  return b;
+}
+template <class T>
+T from_bits(uint64_t b) {
+  T v;
+  std::memcpy(&v, &b, sizeof(T));
+  return v;
+}
+
+}  // namespace detail
+
+// kernel<<<grid, block, dynamic_shared, stream>>>(args...): every thread runs the kernel with
+// its own copy of the parameters, converted from args as a launch converts them. Runs to
+// completion before it returns (stream order holds trivially).
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dynamic_shared, cudaStream_t,
+            Args&&... args) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "a launch passes one argument per kernel parameter");
+  using Tuple = std::tuple<std::decay_t<Params>...>;
+  struct Closure {
+    void (*kernel)(Params...);
+    Tuple params;
+  } closure{kernel, Tuple(std::forward<Args>(args)...)};
+  const size_t parameter_bytes = (size_t(0) + ... + sizeof(std::decay_t<Params>));
+  detail::run_grid(reinterpret_cast<const void*>(kernel), grid, block, dynamic_shared, parameter_bytes,
+                   [](void* c) {
+                     auto* cl = static_cast<Closure*>(c);
+                     Tuple mine = cl->params;  // this thread's parameters
+                     std::apply(cl->kernel, mine);
+                   },
+                   &closure);
+}
+
+}  // namespace ember::cuda::sim
+
+// ---- what device code sees ----
+
+#undef __shared__
+#define __shared__ thread_local
+#undef threadIdx
+#undef blockIdx
+#undef blockDim
+#undef gridDim
+#define threadIdx (::ember::cuda::sim::detail::t_thread_idx)
+#define blockIdx (::ember::cuda::sim::detail::t_block_idx)
+#define blockDim (::ember::cuda::sim::detail::t_block_dim)
+#define gridDim (::ember::cuda::sim::detail::t_grid_dim)
+
+inline void __syncthreads() { ::ember::cuda::sim::detail::sync_threads("__syncthreads"); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  (void)::ember::cuda::sim::detail::warp_collective(::ember::cuda::sim::detail::Collective::syncwarp, mask, 0, 0,
+                                                    32, "__syncwarp");
+}
+
+#define EMBER_SIM_SHUFFLE(name, kind)                                                             \
+  template <class T>                                                                              \
+  inline T name(unsigned mask, T var, int arg, int width = 32) {                                  \
+    namespace d = ::ember::cuda::sim::detail;                                                     \
+    return d::from_bits<T>(d::warp_collective(d::Collective::kind, mask, d::to_bits(var), int(arg), \
+                                              width, #name));                                      \
+  }
+EMBER_SIM_SHUFFLE(__shfl_sync, shfl_idx)
+EMBER_SIM_SHUFFLE(__shfl_up_sync, shfl_up)
+EMBER_SIM_SHUFFLE(__shfl_down_sync, shfl_down)
+EMBER_SIM_SHUFFLE(__shfl_xor_sync, shfl_xor)
+#undef EMBER_SIM_SHUFFLE
+
+inline unsigned __ballot_sync(unsigned mask, int predicate) {
+  namespace d = ::ember::cuda::sim::detail;
+  return unsigned(d::warp_collective(d::Collective::ballot, mask, predicate != 0, 0, 32, "__ballot_sync"));
+}
+inline int __any_sync(unsigned mask, int predicate) {
+  namespace d = ::ember::cuda::sim::detail;
+  return int(d::warp_collective(d::Collective::any, mask, predicate != 0, 0, 32, "__any_sync"));
+}
+inline int __all_sync(unsigned mask, int predicate) {
+  namespace d = ::ember::cuda::sim::detail;
+  return int(d::warp_collective(d::Collective::all, mask, predicate != 0, 0, 32, "__all_sync"));
+}
+template <class T>
+inline unsigned __match_any_sync(unsigned mask, T value) {
+  namespace d = ::ember::cuda::sim::detail;
+  return unsigned(d::warp_collective(d::Collective::match_any, mask, d::to_bits(value), 0, 32, "__match_any_sync"));
+}
+
+// Atomics: fibers never switch inside one, so plain read-modify-writes are atomic here.
+template <class T>
+inline T atomicAdd(T* p, T v) {
+  const T old = *p;
+  *p = old + v;
+  return old;
+}
+template <class T>
+inline T atomicMin(T* p, T v) {
+  const T old = *p;
+  *p = v < old ? v : old;
+  return old;
+}
+template <class T>
+inline T atomicMax(T* p, T v) {
+  const T old = *p;
+  *p = old < v ? v : old;
+  return old;
+}
+template <class T>
+inline T atomicExch(T* p, T v) {
+  const T old = *p;
+  *p = v;
+  return old;
+}
+template <class T>
+inline T atomicCAS(T* p, T compare, T v) {
+  const T old = *p;
+  if (old == compare) *p = v;
+  return old;
+}
+inline void __threadfence() {}
+inline void __threadfence_block() {}
+template <class T>
+inline T __ldg(const T* p) {
+  return *p;
+}
+
+// Device-only intrinsics, by their definitions.
+inline float __uint_as_float(unsigned v) { return ::ember::cuda::sim::detail::from_bits<float>(v); }
+inline unsigned __float_as_uint(float v) { return unsigned(::ember::cuda::sim::detail::to_bits(v)); }
+inline float __int_as_float(int v) { return ::ember::cuda::sim::detail::from_bits<float>(unsigned(v)); }
+inline int __float_as_int(float v) { return int(unsigned(::ember::cuda::sim::detail::to_bits(v))); }
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
+inline int __clz(int v) { return v == 0 ? 32 : __builtin_clz(unsigned(v)); }
+inline int __ffs(int v) { return __builtin_ffs(v); }
+inline int __ffsll(long long v) { return __builtin_ffsll(v); }

@@ -1,0 +1,381 @@
+// The block scheduler of the SIMT layer (ember/cuda_sim/simt.h: the invariants). One block at
+// a time: its threads are fibers; the scheduler runs runnable fibers in the schedule's lane
+// order until each blocks, then releases complete warp collectives and, when every thread
+// waits at it, the block barrier.
+#include "ember/cuda_sim/simt.h"
+
+#include <ucontext.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <unordered_map>
+#include <vector>
+
+namespace ember::cuda::sim {
+namespace {
+
+enum class State : uint8_t { runnable, at_barrier, at_collective, exited };
+
+struct Fiber {
+  ucontext_t context{};
+  State state = State::runnable;
+  uint3 tid{};
+  int linear = 0;
+  // The pending warp collective.
+  detail::Collective op = detail::Collective::syncwarp;
+  unsigned mask = 0;
+  int arg = 0, width = 32;
+  uint64_t in = 0, out = 0;
+  const char* where = "";
+};
+
+struct BlockRun {
+  std::vector<Fiber> fibers;
+  ucontext_t scheduler{};
+  int current = -1;
+  detail::Body body = nullptr;
+  void* closure = nullptr;
+  std::exception_ptr error;
+};
+
+thread_local BlockRun* t_block = nullptr;
+
+std::mutex g_mutex;  // stats and the opt-in table
+Stats g_stats;
+std::unordered_map<const void*, size_t> g_dynamic_shared_opt_in;
+
+Schedule schedule_from_environment() {
+  Schedule s;
+  if (const char* e = std::getenv("EMBER_SIM_LANES")) {
+    const std::string v = e;
+    if (v == "rev") s.lanes = LaneOrder::reverse;
+    else if (v.rfind("rand", 0) == 0) {
+      s.lanes = LaneOrder::random;
+      if (v.size() > 5 && v[4] == ':') s.seed = std::strtoull(v.c_str() + 5, nullptr, 10);
+    }
+  }
+  if (const char* e = std::getenv("EMBER_SIM_WARPS")) {
+    const std::string v = e;
+    if (v == "eager") s.warps = WarpPolicy::eager;
+    else if (v == "eager-rev") s.warps = WarpPolicy::eager_reverse;
+  }
+  return s;
+}
+thread_local Schedule t_schedule = schedule_from_environment();
+
+[[noreturn]] void fail(const std::string& what) {
+  std::ostringstream m;
+  m << "[cuda_sim] " << what << " (block (" << detail::t_block_idx.x << ", " << detail::t_block_idx.y << ", "
+    << detail::t_block_idx.z << "))";
+  throw SimError(m.str());
+}
+
+std::string describe(const BlockRun& b) {
+  std::ostringstream s;
+  for (const Fiber& f : b.fibers) {
+    s << "\n  thread " << f.linear << " (warp " << f.linear / 32 << ", lane " << f.linear % 32 << "): ";
+    switch (f.state) {
+      case State::runnable: s << "runnable"; break;
+      case State::at_barrier: s << "at __syncthreads"; break;
+      case State::at_collective: s << "at " << f.where << " with mask 0x" << std::hex << f.mask << std::dec; break;
+      case State::exited: s << "exited"; break;
+    }
+  }
+  return s.str();
+}
+
+// Back to the scheduler; returns when the scheduler resumes this fiber.
+void suspend() {
+  BlockRun* b = t_block;
+  if (b == nullptr) fail("a synchronization point outside a kernel");
+  swapcontext(&b->fibers[size_t(b->current)].context, &b->scheduler);
+}
+
+void fiber_main() {
+  BlockRun* b = t_block;
+  try {
+    b->body(b->closure);
+  } catch (...) {
+    b->error = std::current_exception();  // rethrown by the scheduler, on its own stack
+  }
+  b->fibers[size_t(b->current)].state = State::exited;
+  swapcontext(&b->fibers[size_t(b->current)].context, &b->scheduler);
+}
+
+// The lanes of one warp named by `mask` all wait at a collective: check that it is one
+// collective, compute every lane's result and make them runnable.
+void release_collective(BlockRun& b, int warp, unsigned mask) {
+  Fiber* lane[32] = {};
+  for (int i = 0; i < 32; ++i)
+    if (mask >> i & 1u) lane[i] = &b.fibers[size_t(warp * 32 + i)];
+  const Fiber& first = *lane[__builtin_ctz(mask)];
+  for (int i = 0; i < 32; ++i)
+    if (lane[i] && (lane[i]->op != first.op || lane[i]->mask != mask || lane[i]->width != first.width))
+      fail(std::string("warp ") + std::to_string(warp) + ": lane " + std::to_string(first.linear % 32) + " at " +
+           first.where + " and lane " + std::to_string(i) + " at " + lane[i]->where +
+           " meet at different collectives or masks" + describe(b));
+  uint64_t ballot = 0;
+  for (int i = 0; i < 32; ++i)
+    if (lane[i] && lane[i]->in) ballot |= uint64_t(1) << i;
+  for (int i = 0; i < 32; ++i) {
+    Fiber* f = lane[i];
+    if (!f) continue;
+    const int width = f->width, base = i & ~(width - 1);
+    int src = i;
+    switch (f->op) {
+      case detail::Collective::syncwarp: break;
+      case detail::Collective::shfl_idx: src = base + (f->arg & (width - 1)); break;
+      case detail::Collective::shfl_up: src = i - base >= f->arg ? i - f->arg : i; break;
+      case detail::Collective::shfl_down: src = i - base + f->arg < width ? i + f->arg : i; break;
+      case detail::Collective::shfl_xor: src = (i ^ f->arg) < base + width ? i ^ f->arg : i; break;
+      case detail::Collective::ballot: f->out = ballot; break;
+      case detail::Collective::any: f->out = ballot != 0; break;
+      case detail::Collective::all: f->out = ballot == mask; break;
+      case detail::Collective::match_any: {
+        uint64_t same = 0;
+        for (int j = 0; j < 32; ++j)
+          if (lane[j] && lane[j]->in == f->in) same |= uint64_t(1) << j;
+        f->out = same;
+        break;
+      }
+    }
+    const bool shuffle = f->op == detail::Collective::shfl_idx || f->op == detail::Collective::shfl_up ||
+                         f->op == detail::Collective::shfl_down || f->op == detail::Collective::shfl_xor;
+    if (shuffle) {
+      if (src < 0 || src > 31 || !lane[src])
+        fail(std::string(f->where) + ": lane " + std::to_string(i) + " of warp " + std::to_string(warp) +
+             " reads lane " + std::to_string(src) + ", which is not in the mask (undefined on the GPU)");
+      f->out = lane[src]->in;
+    }
+  }
+  for (Fiber* f : lane)
+    if (f) f->state = State::runnable;
+}
+
+// Releases one complete collective of `warp`, if any; a mask naming an exited lane is an error.
+bool release_one(BlockRun& b, int warp) {
+  const int n = int(b.fibers.size());
+  for (int i = 0; i < 32 && warp * 32 + i < n; ++i) {
+    const Fiber& f = b.fibers[size_t(warp * 32 + i)];
+    if (f.state != State::at_collective) continue;
+    bool complete = true;
+    for (int k = 0; k < 32; ++k) {
+      if (!(f.mask >> k & 1u)) continue;
+      if (warp * 32 + k >= n || b.fibers[size_t(warp * 32 + k)].state == State::exited)
+        fail(std::string(f.where) + " in warp " + std::to_string(warp) + ": its mask names lane " + std::to_string(k) +
+             ", which has exited or does not exist" + describe(b));
+      if (b.fibers[size_t(warp * 32 + k)].state != State::at_collective) complete = false;
+    }
+    if (complete) {
+      release_collective(b, warp, f.mask);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<int> lane_order(int n, const Schedule& s, uint64_t salt) {
+  std::vector<int> order(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) order[size_t(i)] = i;
+  if (s.lanes == LaneOrder::reverse) std::reverse(order.begin(), order.end());
+  if (s.lanes == LaneOrder::random) {
+    std::mt19937_64 rng(s.seed * 0x9E3779B97F4A7C15ull + salt);
+    std::shuffle(order.begin(), order.end(), rng);
+  }
+  return order;
+}
+
+void run_block(BlockRun& b, int n, size_t stack_bytes, std::vector<std::unique_ptr<char[]>>& stacks,
+               const Schedule& s, uint64_t block_linear) {
+  b.fibers.assign(size_t(n), Fiber{});
+  const dim3 bd = detail::t_block_dim;
+  for (int i = 0; i < n; ++i) {
+    Fiber& f = b.fibers[size_t(i)];
+    f.linear = i;
+    f.tid = uint3{unsigned(i) % bd.x, unsigned(i) / bd.x % bd.y, unsigned(i) / (bd.x * bd.y)};
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = stacks[size_t(i)].get();
+    f.context.uc_stack.ss_size = stack_bytes;
+    f.context.uc_link = nullptr;
+    makecontext(&f.context, fiber_main, 0);
+  }
+  const int warps = (n + 31) / 32;
+  uint64_t round = 0;
+  auto run_lanes = [&](int only_warp) {
+    bool ran = false;
+    for (int i : lane_order(n, s, block_linear * 0x100000001b3ull + round++)) {
+      Fiber& f = b.fibers[size_t(i)];
+      if (f.state != State::runnable || (only_warp >= 0 && i / 32 != only_warp)) continue;
+      b.current = i;
+      detail::t_thread_idx = f.tid;
+      swapcontext(&b.scheduler, &f.context);
+      if (b.error) std::rethrow_exception(std::exchange(b.error, nullptr));
+      ran = true;
+    }
+    return ran;
+  };
+  for (;;) {
+    bool progress = false;
+    if (s.warps == WarpPolicy::lockstep) {
+      progress = run_lanes(-1);
+      for (int w = 0; w < warps; ++w) progress |= release_one(b, w);
+    } else {  // one warp runs alone until it waits at the barrier or exits: maximal skew
+      for (int k = 0; k < warps && !progress; ++k) {
+        const int w = s.warps == WarpPolicy::eager ? k : warps - 1 - k;
+        for (;;) {
+          const bool ran = run_lanes(w), released = release_one(b, w);
+          if (!ran && !released) break;
+          progress = true;
+        }
+      }
+    }
+    int exited = 0, waiting = 0;
+    for (const Fiber& f : b.fibers) {
+      exited += f.state == State::exited;
+      waiting += f.state == State::at_barrier;
+    }
+    if (exited == n) return;
+    if (waiting > 0 && waiting + exited == n) {
+      if (exited > 0)
+        fail(std::to_string(exited) + " thread(s) exited before a __syncthreads the others wait at" + describe(b));
+      for (Fiber& f : b.fibers) f.state = State::runnable;
+      std::lock_guard<std::mutex> lock(g_mutex);
+      ++g_stats.barriers;
+      progress = true;
+    }
+    if (!progress) fail("deadlock: no thread can run" + describe(b));
+  }
+}
+
+}  // namespace
+
+Schedule schedule() { return t_schedule; }
+void set_schedule(const Schedule& s) { t_schedule = s; }
+
+void set_max_dynamic_shared_memory(const void* kernel, size_t bytes) {
+  if (bytes > kMaxDynamicSharedOptIn)
+    throw SimError("[cuda_sim] cudaFuncSetAttribute: " + std::to_string(bytes) +
+                   " bytes of dynamic shared memory exceed the 227 KB an H100 block can have");
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_dynamic_shared_opt_in[kernel] = bytes;
+}
+
+Stats stats() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_stats;
+}
+
+namespace detail {
+
+uint64_t warp_collective(Collective op, unsigned mask, uint64_t value, int arg, int width, const char* where) {
+  BlockRun* b = t_block;
+  if (b == nullptr) fail(std::string(where) + " outside a kernel");
+  Fiber& f = b->fibers[size_t(b->current)];
+  const int lane = f.linear % 32;
+  if (!(mask >> lane & 1u))
+    fail(std::string(where) + ": lane " + std::to_string(lane) + " of warp " + std::to_string(f.linear / 32) +
+         " is not in its own mask 0x" + [&] {
+           std::ostringstream h;
+           h << std::hex << mask;
+           return h.str();
+         }());
+  if (width < 1 || width > 32 || (width & (width - 1)) != 0)
+    fail(std::string(where) + ": width " + std::to_string(width) + " is not a power of two in [1, 32]");
+  f.op = op;
+  f.mask = mask;
+  f.in = value;
+  f.arg = arg;
+  f.width = width;
+  f.where = where;
+  f.state = State::at_collective;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    ++g_stats.warp_collectives;
+  }
+  suspend();
+  t_thread_idx = f.tid;
+  return f.out;
+}
+
+void sync_threads(const char* where) {
+  BlockRun* b = t_block;
+  if (b == nullptr) fail(std::string(where) + " outside a kernel");
+  Fiber& f = b->fibers[size_t(b->current)];
+  f.state = State::at_barrier;
+  f.where = where;
+  suspend();
+  t_thread_idx = f.tid;
+}
+
+void run_grid(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared, size_t parameter_bytes, Body body,
+              void* closure) {
+  if (t_block != nullptr) fail("a kernel launched from inside a kernel (dynamic parallelism is not simulated)");
+  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  if (threads == 0 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64)
+    throw SimError("[cuda_sim] invalid configuration argument: block (" + std::to_string(block.x) + ", " +
+                   std::to_string(block.y) + ", " + std::to_string(block.z) +
+                   ") (at most 1024 threads; x, y <= 1024, z <= 64)");
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
+    throw SimError("[cuda_sim] invalid configuration argument: grid (" + std::to_string(grid.x) + ", " +
+                   std::to_string(grid.y) + ", " + std::to_string(grid.z) +
+                   ") (each > 0; x < 2^31, y and z <= 65535)");
+  size_t limit = kDefaultDynamicSharedLimit;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (auto it = g_dynamic_shared_opt_in.find(kernel); it != g_dynamic_shared_opt_in.end()) limit = it->second;
+  }
+  if (dynamic_shared > limit)
+    throw SimError("[cuda_sim] invalid argument: " + std::to_string(dynamic_shared) +
+                   " bytes of dynamic shared memory, above the kernel's limit of " + std::to_string(limit) +
+                   (limit == kDefaultDynamicSharedLimit ? " (48 KB without cudaFuncSetAttribute's opt-in)" : ""));
+  if (parameter_bytes > kMaxParameterBytes)
+    throw SimError("[cuda_sim] too many resources requested for launch: " + std::to_string(parameter_bytes) +
+                   " bytes of kernel parameters (at most 32764)");
+
+  const size_t stack_bytes = [] {
+    const char* e = std::getenv("EMBER_SIM_STACK_KB");
+    return size_t(e ? std::max(16, std::atoi(e)) : 256) * 1024;
+  }();
+  // Fiber stacks, kept for the thread's later launches; default-initialized (new char[], not
+  // make_unique's zeroing), so only the pages a fiber touches are ever committed.
+  thread_local std::vector<std::unique_ptr<char[]>> stacks;
+  thread_local size_t stacks_bytes = 0;
+  if (stacks_bytes != stack_bytes) stacks.clear(), stacks_bytes = stack_bytes;
+  while (stacks.size() < threads) stacks.emplace_back(new char[stack_bytes]);
+  std::vector<unsigned char> shared(std::max<size_t>(dynamic_shared, 1));
+  const Schedule s = t_schedule;
+  BlockRun b;
+  b.body = body;
+  b.closure = closure;
+  t_block = &b;
+  t_block_dim = block;
+  t_grid_dim = grid;
+  t_dynamic_shared = shared.data();
+  struct Reset {
+    ~Reset() {
+      t_block = nullptr;
+      t_dynamic_shared = nullptr;
+    }
+  } reset;
+  uint64_t block_linear = 0;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x, ++block_linear) {
+        t_block_idx = uint3{x, y, z};
+        std::fill(shared.begin(), shared.end(), 0xFF);  // NaN in every float type: reads before writes show
+        run_block(b, int(threads), stack_bytes, stacks, s, block_linear);
+      }
+  std::lock_guard<std::mutex> lock(g_mutex);
+  ++g_stats.launches;
+  g_stats.blocks += block_linear;
+  g_stats.threads += block_linear * threads;
+}
+
+}  // namespace detail
+}  // namespace ember::cuda::sim
