@@ -17,13 +17,51 @@
 #include <unordered_map>
 #include <vector>
 
+// AddressSanitizer follows the fibers' stack switches only when told (its fake stacks and
+// stack bounds are per stack); without it, every switch reads as a stack overflow or a wild
+// access. No-ops in other builds.
+#if defined(__SANITIZE_ADDRESS__)
+#define EMBER_SIM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMBER_SIM_ASAN 1
+#endif
+#endif
+#ifdef EMBER_SIM_ASAN
+extern "C" {
+void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, size_t size);
+void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old, size_t* size_old);
+}
+#endif
+
 namespace ember::cuda::sim {
 namespace {
+
+// Before a switch to the stack [bottom, bottom + size); `save` keeps the leaving stack's fake
+// frames (nullptr: the leaving fiber is gone for good).
+inline void switch_starts(void** save, const void* bottom, size_t size) {
+#ifdef EMBER_SIM_ASAN
+  __sanitizer_start_switch_fiber(save, bottom, size);
+#else
+  (void)save, (void)bottom, (void)size;
+#endif
+}
+// First thing on the stack switched to; receives the bounds of the stack left.
+inline void switch_done(void* save, const void** bottom_old = nullptr, size_t* size_old = nullptr) {
+#ifdef EMBER_SIM_ASAN
+  __sanitizer_finish_switch_fiber(save, bottom_old, size_old);
+#else
+  (void)save, (void)bottom_old, (void)size_old;
+#endif
+}
 
 enum class State : uint8_t { runnable, at_barrier, at_collective, exited };
 
 struct Fiber {
   ucontext_t context{};
+  char* stack = nullptr;
+  size_t stack_bytes = 0;
+  void* fake_stack = nullptr;  // ASan's, while the fiber is switched out
   State state = State::runnable;
   uint3 tid{};
   int linear = 0;
@@ -38,6 +76,9 @@ struct Fiber {
 struct BlockRun {
   std::vector<Fiber> fibers;
   ucontext_t scheduler{};
+  const void* scheduler_stack = nullptr;  // the scheduler's stack bounds (for ASan)
+  size_t scheduler_stack_bytes = 0;
+  void* scheduler_fake_stack = nullptr;
   int current = -1;
   detail::Body body = nullptr;
   void* closure = nullptr;
@@ -94,18 +135,24 @@ std::string describe(const BlockRun& b) {
 void suspend() {
   BlockRun* b = t_block;
   if (b == nullptr) fail("a synchronization point outside a kernel");
-  swapcontext(&b->fibers[size_t(b->current)].context, &b->scheduler);
+  Fiber& f = b->fibers[size_t(b->current)];
+  switch_starts(&f.fake_stack, b->scheduler_stack, b->scheduler_stack_bytes);
+  swapcontext(&f.context, &b->scheduler);
+  switch_done(f.fake_stack);
 }
 
 void fiber_main() {
   BlockRun* b = t_block;
+  switch_done(nullptr, &b->scheduler_stack, &b->scheduler_stack_bytes);
   try {
     b->body(b->closure);
   } catch (...) {
     b->error = std::current_exception();  // rethrown by the scheduler, on its own stack
   }
-  b->fibers[size_t(b->current)].state = State::exited;
-  swapcontext(&b->fibers[size_t(b->current)].context, &b->scheduler);
+  Fiber& f = b->fibers[size_t(b->current)];
+  f.state = State::exited;
+  switch_starts(nullptr, b->scheduler_stack, b->scheduler_stack_bytes);  // this stack is done
+  swapcontext(&f.context, &b->scheduler);
 }
 
 // The lanes of one warp named by `mask` all wait at a collective: check that it is one
@@ -200,7 +247,9 @@ void run_block(BlockRun& b, int n, size_t stack_bytes, std::vector<std::unique_p
     f.linear = i;
     f.tid = uint3{unsigned(i) % bd.x, unsigned(i) / bd.x % bd.y, unsigned(i) / (bd.x * bd.y)};
     getcontext(&f.context);
-    f.context.uc_stack.ss_sp = stacks[size_t(i)].get();
+    f.stack = stacks[size_t(i)].get();
+    f.stack_bytes = stack_bytes;
+    f.context.uc_stack.ss_sp = f.stack;
     f.context.uc_stack.ss_size = stack_bytes;
     f.context.uc_link = nullptr;
     makecontext(&f.context, fiber_main, 0);
@@ -214,7 +263,9 @@ void run_block(BlockRun& b, int n, size_t stack_bytes, std::vector<std::unique_p
       if (f.state != State::runnable || (only_warp >= 0 && i / 32 != only_warp)) continue;
       b.current = i;
       detail::t_thread_idx = f.tid;
+      switch_starts(&b.scheduler_fake_stack, f.stack, f.stack_bytes);
       swapcontext(&b.scheduler, &f.context);
+      switch_done(b.scheduler_fake_stack);
       if (b.error) std::rethrow_exception(std::exchange(b.error, nullptr));
       ran = true;
     }

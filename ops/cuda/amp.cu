@@ -15,6 +15,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "ember/cuda/launch.h"
 #include "ember/cuda/check.h"
 #include "ember/cuda/device_guard.h"
 #include "ember/cuda/stream_handle.h"
@@ -123,7 +124,7 @@ void amp_unscale_and_check_kernel(const TensorList& grads, const Tensor& found_i
     // configuration on the device, so there is none.
     if (blocks > 0) {
       t.chunk_begin[t.n] = blocks;
-      amp_unscale_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(t, flag, inv);
+      ::ember::cuda::launch_kernel(amp_unscale_kernel, unsigned(blocks), kThreads, 0, stream, t, flag, inv);
       EMBER_CUDA_CHECK_LAUNCH();
     }
     t.n = 0;
@@ -151,7 +152,7 @@ void amp_update_scale_kernel(const Tensor& scale, const Tensor& growth_tracker,
   const int dev = scale.device().index;
   const auto on = ember::cuda::detail::on_device(dev);
   cudaStream_t stream = on.stream;
-  amp_update_scale_single_kernel<<<1, 1, 0, stream>>>(
+  ::ember::cuda::launch_kernel(amp_update_scale_single_kernel, 1, 1, 0, stream,
       static_cast<float*>(scale.data_ptr()), static_cast<int32_t*>(growth_tracker.data_ptr()),
       static_cast<const float*>(found_inf.data_ptr()), float(growth_factor), float(backoff_factor),
       int32_t(growth_interval));

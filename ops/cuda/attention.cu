@@ -44,6 +44,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "ember/cuda/launch.h"
 #include "flash_attention.cuh"
 #include "kernels/attention.h"
 #include "reduce_utils.cuh"
@@ -438,7 +439,7 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   visit_npl(D, op, [&](auto npl) {
     auto kernel = attention_fwd_generic_kernel<S, decltype(npl)::value>;
     allow_smem(kernel, bytes);
-    kernel<<<unsigned(BH * qblocks), kRows * 32, bytes, stream>>>(
+    ::ember::cuda::launch_kernel(kernel, unsigned(BH * qblocks), kRows * 32, bytes, stream,
         qp, kp, vp, op_, lp, sq, sk, sv, so, Tq, Tk, D, qblocks, causal, C(scale),
         extras_of<C>(extras, Tq, Tk));
     EMBER_CUDA_CHECK_LAUNCH();
@@ -476,7 +477,7 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
   C* deltap = static_cast<C*>(delta.data_ptr());
   const int64_t rows = BH * Tq;
   check_launch(ceil_div(rows, kRows), op);
-  attention_delta_kernel<S><<<unsigned(ceil_div(rows, kRows)), kRows * 32, 0, stream>>>(
+  ::ember::cuda::launch_kernel(attention_delta_kernel<S>, unsigned(ceil_div(rows, kRows)), kRows * 32, 0, stream,
       gp, opp, deltap, sg, so, rows, Tq, D);
   EMBER_CUDA_CHECK_LAUNCH();
 
@@ -487,7 +488,7 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
     const size_t kv_bytes = size_t(2 * kRows * D + 2 * kTile * (D + 1) + 2 * kTile) * sizeof(C);
     auto kv_kernel = attention_bwd_dkdv_kernel<S, NPL>;
     allow_smem(kv_kernel, kv_bytes);
-    kv_kernel<<<unsigned(BH * kblocks), kRows * 32, kv_bytes, stream>>>(
+    ::ember::cuda::launch_kernel(kv_kernel, unsigned(BH * kblocks), kRows * 32, kv_bytes, stream,
         gp, qp, kp, vp, lp, deltap, dkp, dvp, sg, sq, sk, sv, sdk, sdv, Tq, Tk, D, kblocks, causal,
         C(scale), ex);
     EMBER_CUDA_CHECK_LAUNCH();
@@ -497,7 +498,7 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
     const size_t q_bytes = size_t(2 * kRows * D + 2 * kTile * (D + 1)) * sizeof(C);
     auto q_kernel = attention_bwd_dq_kernel<S, NPL>;
     allow_smem(q_kernel, q_bytes);
-    q_kernel<<<unsigned(BH * qblocks), kRows * 32, q_bytes, stream>>>(
+    ::ember::cuda::launch_kernel(q_kernel, unsigned(BH * qblocks), kRows * 32, q_bytes, stream,
         gp, qp, kp, vp, lp, deltap, dqp, sg, sq, sk, sv, sdq, Tq, Tk, D, qblocks, causal,
         C(scale), ex);
     EMBER_CUDA_CHECK_LAUNCH();

@@ -30,6 +30,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "ember/cuda/launch.h"
 #include "ember/cuda/device_checks.h"
 #include "kernels/classifier.h"
 #include "kernels/target_dtype.h"
@@ -197,14 +198,16 @@ void fwd(const Tensor& logits, const Tensor& target, const Tensor& loss, const T
   double* rl = static_cast<double*>(row_loss.data_ptr());
   const bool vec = reinterpret_cast<uintptr_t>(lp) % 16 == 0 && (vp * int64_t(sizeof(S))) % 16 == 0;
   if (vec) {
-    linear_cross_entropy_fwd_kernel<S, T, true><<<unsigned(n), row_threads(vp / kVec<S>), 0, stream>>>(
+    ::ember::cuda::launch_kernel(linear_cross_entropy_fwd_kernel<S, T, true>, unsigned(n), row_threads(vp / kVec<S>),
+                                 0, stream,
         lp, vp, classes, tp, ts, ignore, write_grad, rl);
   } else {
-    linear_cross_entropy_fwd_kernel<S, T, false><<<unsigned(n), row_threads(vp), 0, stream>>>(
+    ::ember::cuda::launch_kernel(linear_cross_entropy_fwd_kernel<S, T, false>, unsigned(n), row_threads(vp),
+                                 0, stream,
         lp, vp, classes, tp, ts, ignore, write_grad, rl);
   }
   EMBER_CUDA_CHECK_LAUNCH();
-  linear_cross_entropy_total_kernel<C, T><<<1, kTotalThreads, 0, stream>>>(
+  ::ember::cuda::launch_kernel(linear_cross_entropy_total_kernel<C, T>, 1, kTotalThreads, 0, stream,
       rl, n, tp, ts, ignore, classes, mean, static_cast<C*>(loss.data_ptr()),
       write_grad ? static_cast<C*>(grad_factor.data_ptr()) : nullptr,
       ember::cuda::detail::fault_site(logits.device().index, ember::cuda::FaultKind::target_out_of_bounds,
@@ -247,8 +250,10 @@ void scale(const Tensor& t, const Tensor& grad, const Tensor& factor) {
   const auto on = ember::cuda::detail::on_device(t.device());
   const auto* g = static_cast<const C*>(grad.data_ptr());
   const auto* f = static_cast<const C*>(factor.data_ptr());
-  if (vec) linear_cross_entropy_scale_kernel<S, true><<<blocks, kThreads, 0, on.stream>>>(p, n, g, f);
-  else linear_cross_entropy_scale_kernel<S, false><<<blocks, kThreads, 0, on.stream>>>(p, n, g, f);
+  if (vec) ::ember::cuda::launch_kernel(linear_cross_entropy_scale_kernel<S, true>, blocks, kThreads, 0, on.stream,
+      p, n, g, f);
+  else ::ember::cuda::launch_kernel(linear_cross_entropy_scale_kernel<S, false>, blocks, kThreads, 0, on.stream,
+      p, n, g, f);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 

@@ -28,6 +28,7 @@
 #include <mutex>
 #include <vector>
 
+#include "ember/cuda/launch.h"
 #include "ember/deterministic.h"
 #include "ember/cuda/device_guard.h"
 #include "ember/cuda/stream_handle.h"
@@ -369,7 +370,7 @@ void conv2d_fwd_kernel(const Tensor& x, const Tensor& w, const Tensor& bias, con
   cudaStream_t stream = on.stream;
   visit_floating(y.dtype(), [&](auto tag) {
     using S = decltype(tag);
-    conv2d_bias_fwd_kernel<S><<<blocks_for(total), kThreads, 0, stream>>>(
+    ::ember::cuda::launch_kernel(conv2d_bias_fwd_kernel<S>, blocks_for(total), kThreads, 0, stream,
         static_cast<S*>(y.data_ptr()), static_cast<const S*>(bias.data_ptr()), O, hw, total);
   });
   EMBER_CUDA_CHECK_LAUNCH();
@@ -428,7 +429,7 @@ void max_pool2d_fwd_kernel(const Tensor& x, const Tensor& y, const Tensor& indic
   cudaStream_t stream = on.stream;
   visit_floating(x.dtype(), [&](auto tag) {
     using S = decltype(tag);
-    max_pool2d_fwd_kernel_<S><<<blocks_for(total), kThreads, 0, stream>>>(
+    ::ember::cuda::launch_kernel(max_pool2d_fwd_kernel_<S>, blocks_for(total), kThreads, 0, stream,
         static_cast<const S*>(x.data_ptr()), static_cast<S*>(y.data_ptr()),
         static_cast<int64_t*>(indices.data_ptr()), g, total);
   });
@@ -448,7 +449,7 @@ void max_pool2d_bwd_kernel(const Tensor& gy, const Tensor& indices, const Tensor
     constexpr bool direct = std::is_same_v<S, A>;
     Tensor acc = direct ? gx : detail::make_tensor(gx.sizes(), DType::f32, gx.device());
     EMBER_CUDA_CHECK(cudaMemsetAsync(acc.data_ptr(), 0, size_t(acc.numel()) * acc.element_size(), stream));
-    max_pool2d_bwd_kernel_<S, A><<<blocks, kThreads, 0, stream>>>(
+    ::ember::cuda::launch_kernel(max_pool2d_bwd_kernel_<S, A>, blocks, kThreads, 0, stream,
         static_cast<const S*>(gy.data_ptr()), static_cast<const int64_t*>(indices.data_ptr()),
         static_cast<A*>(acc.data_ptr()), planes, hw_in, hw_out);
     EMBER_CUDA_CHECK_LAUNCH();
@@ -464,7 +465,7 @@ void max_pool2d_gather_kernel(const Tensor& gx, const Tensor& indices, const Ten
   cudaStream_t stream = on.stream;
   auto launch = [&](auto utag) {
     using U = decltype(utag);
-    max_pool2d_gather_fwd_kernel<U><<<blocks_for(total), kThreads, 0, stream>>>(
+    ::ember::cuda::launch_kernel(max_pool2d_gather_fwd_kernel<U>, blocks_for(total), kThreads, 0, stream,
         static_cast<const U*>(gx.data_ptr()), static_cast<const int64_t*>(indices.data_ptr()),
         static_cast<U*>(gy.data_ptr()), hw_in, hw_out, total);
   };

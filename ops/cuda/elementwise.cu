@@ -2,6 +2,7 @@
 // registries as ops/cpu/elementwise.cpp, expanded into device functors.
 #include <string_view>
 
+#include "ember/cuda/launch.h"
 #include "kernels/elementwise.h"
 #include "loops.cuh"
 
@@ -167,7 +168,8 @@ void arange_kernel(const Tensor& t, const ArangeTerms& terms) {
   visit_dtype(t.dtype(), [&](auto tag) {
     using S = decltype(tag);
     if constexpr (!std::is_same_v<S, bool>)
-      arange_fwd_kernel<S><<<unsigned(blocks), 256, 0, on.stream>>>(static_cast<S*>(t.data_ptr()), n, terms);
+      ::ember::cuda::launch_kernel(arange_fwd_kernel<S>, unsigned(blocks), 256, 0, on.stream,
+          static_cast<S*>(t.data_ptr()), n, terms);
   });
   EMBER_CUDA_CHECK_LAUNCH();
 }

@@ -61,6 +61,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "ember/cuda/launch.h"
 #include "ember/cuda/check.h"
 #include "ember/cuda/device_guard.h"
 #include "ember/profiler.h"
@@ -773,7 +774,7 @@ void launch_fwd(const FwdParams& prm, int64_t BH, int64_t Tq, cudaStream_t strea
   auto kernel = flash_fwd_kernel<S, D>;
   allow_smem(kernel, bytes);
   const dim3 grid(unsigned(BH), unsigned((Tq + kBlock - 1) / kBlock));
-  kernel<<<grid, kThreads, bytes, stream>>>(prm);
+  ::ember::cuda::launch_kernel(kernel, grid, kThreads, bytes, stream, prm);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
@@ -783,22 +784,24 @@ void launch_bwd(const BwdParams& prm, const Operand& out, float* delta, int64_t 
   const int64_t rows = BH * prm.Tq;
   const int64_t threads = rows * (D / 8);
   const int64_t delta_blocks = (threads + 255) / 256;  // <= INT32_MAX (shape_ok)
-  flash_bwd_delta_kernel<S, D><<<unsigned(delta_blocks), 256, 0, stream>>>(
+  ::ember::cuda::launch_kernel(flash_bwd_delta_kernel<S, D>, unsigned(delta_blocks), 256, 0, stream,
       out, prm.dout, delta, prm.H, prm.Tq, rows);
   EMBER_CUDA_CHECK_LAUNCH();
 
   constexpr size_t kv_bytes = 6 * size_t(Tile<D>::bytes) + 4 * kBlock * sizeof(float);
   auto kv_kernel = flash_bwd_dkdv_kernel<S, D>;
   allow_smem(kv_kernel, kv_bytes);
-  kv_kernel<<<dim3(unsigned(BH), unsigned((prm.Tk + kBlock - 1) / kBlock)), kThreads, kv_bytes,
-              stream>>>(prm);
+  ::ember::cuda::launch_kernel(kv_kernel, dim3(unsigned(BH), unsigned((prm.Tk + kBlock - 1) / kBlock)), kThreads,
+                               kv_bytes, stream,
+      prm);
   EMBER_CUDA_CHECK_LAUNCH();
 
   constexpr size_t q_bytes = 6 * size_t(Tile<D>::bytes);
   auto q_kernel = flash_bwd_dq_kernel<S, D>;
   allow_smem(q_kernel, q_bytes);
-  q_kernel<<<dim3(unsigned(BH), unsigned((prm.Tq + kBlock - 1) / kBlock)), kThreads, q_bytes,
-             stream>>>(prm);
+  ::ember::cuda::launch_kernel(q_kernel, dim3(unsigned(BH), unsigned((prm.Tq + kBlock - 1) / kBlock)), kThreads,
+                               q_bytes, stream,
+      prm);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 

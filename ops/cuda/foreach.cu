@@ -21,6 +21,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "ember/cuda/launch.h"
 #include "ember/cuda/check.h"
 #include "ember/cuda/device_guard.h"
 #include "ember/cuda/stream_handle.h"
@@ -110,7 +111,9 @@ void launch_norm(const TensorList& tensors, const Tensor& out, cudaStream_t stre
         launch_tables<1>(
             tensors, idx, [&](TensorTable<1>& t, int row, size_t i) { t.ptr[0][row] = tensors[i].data_ptr(); },
             [&](const TensorTable<1>& t, int64_t blocks) {
-              foreach_norm_partial_kernel<K, S, A><<<unsigned(blocks), kThreads, 0, stream>>>(t, partial + base);
+              ::ember::cuda::launch_kernel(foreach_norm_partial_kernel<K, S, A>, unsigned(blocks), kThreads,
+                                           0, stream,
+                  t, partial + base);
               EMBER_CUDA_CHECK_LAUNCH();
               base += blocks;
             });
@@ -118,10 +121,10 @@ void launch_norm(const TensorList& tensors, const Tensor& out, cudaStream_t stre
     });
   }
   if (out.dtype() == DType::f64)
-    foreach_norm_finish_kernel<K, A, double><<<1, kFinishThreads, 0, stream>>>(
+    ::ember::cuda::launch_kernel(foreach_norm_finish_kernel<K, A, double>, 1, kFinishThreads, 0, stream,
         partial, total_blocks, static_cast<double*>(out.data_ptr()));
   else
-    foreach_norm_finish_kernel<K, A, float><<<1, kFinishThreads, 0, stream>>>(
+    ::ember::cuda::launch_kernel(foreach_norm_finish_kernel<K, A, float>, 1, kFinishThreads, 0, stream,
         partial, total_blocks, static_cast<float*>(out.data_ptr()));
   EMBER_CUDA_CHECK_LAUNCH();
 }
@@ -211,7 +214,8 @@ void foreach_mul_kernel(const TensorList& tensors, const Tensor& scalar, double 
       launch_tables<1>(
           tensors, idx, [&](TensorTable<1>& t, int row, size_t i) { t.ptr[0][row] = tensors[i].data_ptr(); },
           [&](const TensorTable<1>& t, int64_t blocks) {
-            foreach_mul_kernel_impl<P><<<unsigned(blocks), kThreads, 0, on.stream>>>(t, sp, kind, value);
+            ::ember::cuda::launch_kernel(foreach_mul_kernel_impl<P>, unsigned(blocks), kThreads, 0, on.stream,
+                t, sp, kind, value);
             EMBER_CUDA_CHECK_LAUNCH();
           });
     });

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "ember/cuda/launch.h"
 #include "ember/cuda/device_checks.h"
 #include "ember/cuda/device_guard.h"
 #include "ember/cuda/stream_handle.h"
@@ -400,14 +401,16 @@ void ordered_sums(Device device, cudaStream_t stream, int64_t n, uint64_t sentin
     });
   }  // the unsorted pairs go back to the stream's pool, reusable by the launches below
   Tensor head = i64(n), run_id = i64(n), start = i64(n + 1), runs = i64(1), chunks = i64(n), chunk_at = i64(n);
-  run_heads_kernel<<<blocks_for(n), kThreads, 0, stream>>>(u64(keys), n, p64(head));
+  ::ember::cuda::launch_kernel(run_heads_kernel, blocks_for(n), kThreads, 0, stream, u64(keys), n, p64(head));
   EMBER_CUDA_CHECK_LAUNCH();
   cub_run([&](void* temp, size_t& bytes) {
     return cub::DeviceScan::InclusiveSum(temp, bytes, p64(head), p64(run_id), n, stream);
   });
-  run_starts_kernel<<<blocks_for(n), kThreads, 0, stream>>>(p64(head), p64(run_id), n, p64(start), p64(runs));
+  ::ember::cuda::launch_kernel(run_starts_kernel, blocks_for(n), kThreads, 0, stream,
+      p64(head), p64(run_id), n, p64(start), p64(runs));
   EMBER_CUDA_CHECK_LAUNCH();
-  run_chunks_kernel<<<blocks_for(n), kThreads, 0, stream>>>(p64(start), p64(runs), n, p64(chunks));
+  ::ember::cuda::launch_kernel(run_chunks_kernel, blocks_for(n), kThreads, 0, stream,
+      p64(start), p64(runs), n, p64(chunks));
   EMBER_CUDA_CHECK_LAUNCH();
   cub_run([&](void* temp, size_t& bytes) {
     return cub::DeviceScan::ExclusiveSum(temp, bytes, p64(chunks), p64(chunk_at), n, stream);
@@ -416,10 +419,10 @@ void ordered_sums(Device device, cudaStream_t stream, int64_t n, uint64_t sentin
   // average: at most 2n / kChunk of them.
   const int64_t chunk_bound = 2 * (n / kChunk) + 1;
   Tensor partial = detail::make_tensor({chunk_bound * cols}, dtype_v<C>, device);
-  run_partials_kernel<S><<<blocks_for(chunk_bound * cols), kThreads, 0, stream>>>(
+  ::ember::cuda::launch_kernel(run_partials_kernel<S, Access>, blocks_for(chunk_bound * cols), kThreads, 0, stream,
       a, p64(pos), p64(start), p64(runs), p64(chunks), p64(chunk_at), n, cols, static_cast<C*>(partial.data_ptr()));
   EMBER_CUDA_CHECK_LAUNCH();
-  run_sums_kernel<S, kRoundEach><<<blocks_for(n * cols), kThreads, 0, stream>>>(
+  ::ember::cuda::launch_kernel(run_sums_kernel<S, kRoundEach, Access>, blocks_for(n * cols), kThreads, 0, stream,
       a, u64(keys), p64(pos), p64(start), p64(runs), p64(chunks), p64(chunk_at), cols, (unsigned long long)sentinel,
       static_cast<const C*>(partial.data_ptr()));
   EMBER_CUDA_CHECK_LAUNCH();
@@ -507,7 +510,7 @@ void cat_kernel(const TensorList& inputs, int64_t dim, const Tensor& out) {
   auto flush = [&] {
     if (pieces == 0) return;
     const dim3 grid(blocks_for(widest), unsigned(pieces));
-    cat_fwd_kernel<<<grid, kThreads, 0, stream>>>(table);
+    ::ember::cuda::launch_kernel(cat_fwd_kernel, grid, kThreads, 0, stream, table);
     EMBER_CUDA_CHECK_LAUNCH();
     pieces = 0;
     widest = 0;
@@ -551,7 +554,7 @@ void index_select_kernel(const char* op, const Tensor& x, int64_t dim, const Ten
   if (outer == 0 || inner == 0) {  // nothing to copy, but bad indices are still errors
     visit_index(index.dtype(), [&](auto tag) {
       using I = decltype(tag);
-      index_keys_kernel<I><<<blocks_for(n), kThreads, 0, stream>>>(
+      ::ember::cuda::launch_kernel(index_keys_kernel<I>, blocks_for(n), kThreads, 0, stream,
           static_cast<const I*>(index.data_ptr()), n, size, nullptr, nullptr, check.site());
     });
     EMBER_CUDA_CHECK_LAUNCH();
@@ -565,7 +568,7 @@ void index_select_kernel(const char* op, const Tensor& x, int64_t dim, const Ten
   const int64_t units = int64_t(row_bytes) / unit, total = outer * n * units;
   auto launch = [&](auto utag) {
     using U = decltype(utag);
-    index_select_fwd_kernel<U><<<blocks_for(total), kThreads, 0, stream>>>(
+    ::ember::cuda::launch_kernel(index_select_fwd_kernel<U>, blocks_for(total), kThreads, 0, stream,
         static_cast<const U*>(x.data_ptr()), index.data_ptr(), index.dtype() == DType::i32,
         static_cast<U*>(out.data_ptr()), n, size, units, total, check.site());
   };
@@ -594,7 +597,8 @@ void index_add_kernel(const char* op, const Tensor& out, int64_t dim, const Tens
   auto keys = [&](unsigned long long* kin, int64_t* pin) {
     visit_index(index.dtype(), [&](auto tag) {
       using I = decltype(tag);
-      index_keys_kernel<I><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const I*>(index.data_ptr()), n,
+      ::ember::cuda::launch_kernel(index_keys_kernel<I>, blocks_for(n), kThreads, 0, stream,
+          static_cast<const I*>(index.data_ptr()), n,
                                                                    size, kin, pin, check.site());
     });
     EMBER_CUDA_CHECK_LAUNCH();
@@ -628,7 +632,7 @@ void gather_kernel(const Tensor& x, int64_t dim, const Tensor& index, const Tens
     using U = decltype(utag);
     visit_index(index.dtype(), [&](auto itag) {
       using I = decltype(itag);
-      gather_fwd_kernel<U, I><<<blocks_for(total), kThreads, 0, stream>>>(
+      ::ember::cuda::launch_kernel(gather_fwd_kernel<U, I>, blocks_for(total), kThreads, 0, stream,
           static_cast<U*>(out.data_ptr()), static_cast<const I*>(index.data_ptr()),
           static_cast<const U*>(x.data_ptr()), s, len, out.strides()[dim], index.strides()[dim],
           x.strides()[dim], size, total, check.site());
@@ -654,7 +658,7 @@ void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, con
   auto keys = [&](unsigned long long* kin, int64_t* pin) {
     visit_index(index.dtype(), [&](auto itag) {
       using I = decltype(itag);
-      scatter_keys_kernel<I><<<blocks_for(n), kThreads, 0, stream>>>(
+      ::ember::cuda::launch_kernel(scatter_keys_kernel<I>, blocks_for(n), kThreads, 0, stream,
           static_cast<const I*>(index.data_ptr()), s, len, index.strides()[dim], size, n, kin, pin, check.site());
     });
     EMBER_CUDA_CHECK_LAUNCH();
@@ -680,7 +684,7 @@ void tri_kernel(const Tensor& x, const Tensor& out, int64_t diagonal, bool upper
   const Strides<1> s = make_strides<1>(upper ? "triu" : "tril", x.sizes(), {&x.strides()}, -1);
   visit_bits(x.element_size(), [&](auto utag) {
     using U = decltype(utag);
-    tri_fwd_kernel<U><<<blocks_for(total), kThreads, 0, stream>>>(
+    ::ember::cuda::launch_kernel(tri_fwd_kernel<U>, blocks_for(total), kThreads, 0, stream,
         static_cast<const U*>(x.data_ptr()), static_cast<U*>(out.data_ptr()), s, rows, cols, diagonal, upper,
         total);
   });
@@ -692,7 +696,8 @@ void dropout_mask_kernel(const Tensor& mask, Generator::State s, double p) {
   if (n == 0) return;
   const auto on = ember::cuda::detail::on_device(mask.device());
   cudaStream_t stream = on.stream;
-  dropout_mask_fwd_kernel<<<blocks_for(counters), kThreads, 0, stream>>>(static_cast<bool*>(mask.data_ptr()), n,
+  ::ember::cuda::launch_kernel(dropout_mask_fwd_kernel, blocks_for(counters), kThreads, 0, stream,
+      static_cast<bool*>(mask.data_ptr()), n,
                                                                         counters, s, p);
   EMBER_CUDA_CHECK_LAUNCH();
 }

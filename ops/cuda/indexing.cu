@@ -17,6 +17,7 @@
 
 #include <algorithm>
 
+#include "ember/cuda/launch.h"
 #include "ember/cuda/device_checks.h"
 #include "ember/cuda/device_guard.h"
 #include "kernels/elementwise.h"
@@ -131,7 +132,8 @@ void nonzero_scan_kernel(const Tensor& x, const Tensor& pos) {
   int64_t* fp = static_cast<int64_t*>(flags.data_ptr());
   visit_dtype(x.dtype(), [&](auto tag) {
     using S = decltype(tag);
-    nonzero_flags_kernel<S><<<blocks_for(n + 1), kThreads, 0, stream>>>(static_cast<const S*>(x.data_ptr()), n, fp);
+    ::ember::cuda::launch_kernel(nonzero_flags_kernel<S>, blocks_for(n + 1), kThreads, 0, stream,
+        static_cast<const S*>(x.data_ptr()), n, fp);
   });
   EMBER_CUDA_CHECK_LAUNCH();
   int64_t* pp = static_cast<int64_t*>(pos.data_ptr());
@@ -150,7 +152,8 @@ void nonzero_fill_kernel(const Tensor& x, const Tensor& pos, const Tensor& out) 
   dims.nd = int(x.dim());
   for (int d = 0; d < dims.nd; ++d) dims.sizes[d] = x.sizes()[size_t(d)];
   const auto on = ember::cuda::detail::on_device(x.device());
-  nonzero_fill_kernel_<<<blocks_for(n), kThreads, 0, on.stream>>>(static_cast<const int64_t*>(pos.data_ptr()), n,
+  ::ember::cuda::launch_kernel(nonzero_fill_kernel_, blocks_for(n), kThreads, 0, on.stream,
+      static_cast<const int64_t*>(pos.data_ptr()), n,
                                                                   dims, static_cast<int64_t*>(out.data_ptr()));
   EMBER_CUDA_CHECK_LAUNCH();
 }

@@ -7,6 +7,7 @@
 
 #include <array>
 
+#include "ember/cuda/launch.h"
 #include "ember/cuda/check.h"
 #include "ember/cuda/device_guard.h"
 #include "ember/cuda/stream_handle.h"
@@ -89,7 +90,7 @@ void launch_elementwise(const std::array<const Tensor*, N>& ts, Op op) {
   const auto on = ember::cuda::detail::on_device(ts[0]->device().index);
   const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t(1) << 16);
   cudaStream_t stream = on.stream;
-  elementwise_kernel<N><<<unsigned(blocks), kThreads, 0, stream>>>(n, oc, ptrs, op);
+  ::ember::cuda::launch_kernel(elementwise_kernel<N, Op>, unsigned(blocks), kThreads, 0, stream, n, oc, ptrs, op);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 

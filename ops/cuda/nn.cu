@@ -31,6 +31,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ember/cuda/launch.h"
 #include "ember/cuda/device_checks.h"
 #include "kernels/nn.h"
 #include "kernels/target_dtype.h"
@@ -282,13 +283,14 @@ void softmax_fwd(const Tensor& x, const Tensor& out, int64_t dim, bool log) {
   const auto on = ember::cuda::detail::on_device(x.device());
   cudaStream_t stream = on.stream;
   if (use_cols_kernel(out, dim, rows)) {
-    softmax_fwd_cols_kernel<S><<<unsigned(blocks_for_threads(rows)), kBlockThreads, 0, stream>>>(
+    ::ember::cuda::launch_kernel(softmax_fwd_cols_kernel<S>, unsigned(blocks_for_threads(rows)), kBlockThreads,
+                                 0, stream,
         xp, yp, xi, yi, rows, K, xstep, ystep, log);
   } else {
     const RowLaunch l = row_launch(rows, K);
     const int64_t cache = cache_len_for<C>(K, l.rows_per_block, 1);
-    softmax_fwd_kernel<S><<<unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)),
-                            RowSmem<MaxSum<C>, C>::bytes(l.rows_per_block, cache), stream>>>(
+    ::ember::cuda::launch_kernel(softmax_fwd_kernel<S>, unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)),
+                                 RowSmem<MaxSum<C>, C>::bytes(l.rows_per_block, cache), stream,
         xp, yp, xi, yi, rows, K, xstep, ystep, log, cache);
   }
   EMBER_CUDA_CHECK_LAUNCH();
@@ -308,13 +310,14 @@ void softmax_bwd(const Tensor& grad, const Tensor& y, const Tensor& dx, int64_t 
   const auto on = ember::cuda::detail::on_device(y.device());
   cudaStream_t stream = on.stream;
   if (use_cols_kernel(dx, dim, rows)) {
-    softmax_bwd_cols_kernel<S><<<unsigned(blocks_for_threads(rows)), kBlockThreads, 0, stream>>>(
+    ::ember::cuda::launch_kernel(softmax_bwd_cols_kernel<S>, unsigned(blocks_for_threads(rows)), kBlockThreads,
+                                 0, stream,
         gp, yp, dp, gi, yi, di, rows, K, gs, ys, ds, log);
   } else {
     const RowLaunch l = row_launch(rows, K);
     const int64_t cache = cache_len_for<C>(K, l.rows_per_block, 2);
-    softmax_bwd_kernel<S><<<unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)),
-                            RowSmem<C, C>::bytes(l.rows_per_block, 2 * cache), stream>>>(
+    ::ember::cuda::launch_kernel(softmax_bwd_kernel<S>, unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)),
+                                 RowSmem<C, C>::bytes(l.rows_per_block, 2 * cache), stream,
         gp, yp, dp, gi, yi, di, rows, K, gs, ys, ds, log, cache);
   }
   EMBER_CUDA_CHECK_LAUNCH();
@@ -464,8 +467,8 @@ void cross_entropy_fwd(const Tensor& logits, const Tensor& target, const Tensor&
   Tensor row_loss = none ? Tensor() : detail::make_tensor({n}, DType::f64, logits.device());
   const RowLaunch l = row_launch(n, classes);
   const int64_t cache = cache_len_for<C>(classes, l.rows_per_block, 1);
-  cross_entropy_fwd_kernel<S, T><<<unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)),
-                                   RowSmem<MaxSum<C>, C>::bytes(l.rows_per_block, cache), stream>>>(
+  ::ember::cuda::launch_kernel(cross_entropy_fwd_kernel<S, T>, unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)),
+                               RowSmem<MaxSum<C>, C>::bytes(l.rows_per_block, cache), stream,
       static_cast<const S*>(logits.data_ptr()), n, classes, logits.strides()[0],
       logits.strides()[1], tp, ts, static_cast<C*>(row_max.data_ptr()),
       static_cast<C*>(log_sum.data_ptr()), static_cast<S*>(loss.data_ptr()),
@@ -473,12 +476,12 @@ void cross_entropy_fwd(const Tensor& logits, const Tensor& target, const Tensor&
       p.ignore_index, C(p.label_smoothing), C(1.0 - p.label_smoothing), bad_row, cache);
   EMBER_CUDA_CHECK_LAUNCH();
   if (!none) {
-    cross_entropy_total_kernel<S, T><<<1, 1024, 0, stream>>>(
+    ::ember::cuda::launch_kernel(cross_entropy_total_kernel<S, T>, 1, 1024, 0, stream,
         static_cast<const double*>(row_loss.data_ptr()), n, tp, ts, p.ignore_index,
         p.reduction == LossReduction::mean, static_cast<S*>(loss.data_ptr()));
     EMBER_CUDA_CHECK_LAUNCH();
   }
-  report_bad_target_kernel<T><<<1, 1, 0, stream>>>(
+  ::ember::cuda::launch_kernel(report_bad_target_kernel<T>, 1, 1, 0, stream,
       bad_row, tp, ts,
       ember::cuda::detail::fault_site(logits.device().index, ember::cuda::FaultKind::target_out_of_bounds,
                                       "cross_entropy", 0, classes, p.ignore_index));
@@ -501,13 +504,13 @@ void cross_entropy_bwd(const Tensor& grad, const Tensor& logits, const Tensor& t
   Tensor scale = none ? Tensor() : detail::make_tensor({1}, DType::f64, logits.device());
   double* scale_p = none ? nullptr : static_cast<double*>(scale.data_ptr());
   if (!none) {
-    cross_entropy_scale_kernel<S, T><<<1, 1024, 0, stream>>>(
+    ::ember::cuda::launch_kernel(cross_entropy_scale_kernel<S, T>, 1, 1024, 0, stream,
         gp, n, tp, ts, p.ignore_index, p.reduction == LossReduction::mean, scale_p);
     EMBER_CUDA_CHECK_LAUNCH();
   }
   const RowLaunch l = row_launch(n, classes);
-  cross_entropy_bwd_kernel<S, T><<<unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)), 0,
-                                   stream>>>(
+  ::ember::cuda::launch_kernel(cross_entropy_bwd_kernel<S, T>, unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)),
+                               0, stream,
       gp, none ? grad.strides()[0] : 0, scale_p, static_cast<const S*>(logits.data_ptr()), n,
       classes, logits.strides()[0], logits.strides()[1], tp, ts,
       static_cast<const C*>(row_max.data_ptr()), static_cast<const C*>(log_sum.data_ptr()),
@@ -682,8 +685,8 @@ void layer_norm_fwd(const Tensor& x, const Tensor& delta, const Tensor& weight, 
   // y, mean and rstd, is that of the plain layer norm of the stored sum.
   const RowLaunch l = row_launch(rows, cols);
   const int64_t cache = cache_len_for<C>(cols, l.rows_per_block, 1);
-  layer_norm_fwd_kernel<S, D, Y><<<unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)),
-                                   RowSmem<A, C>::bytes(l.rows_per_block, cache), stream>>>(
+  ::ember::cuda::launch_kernel(layer_norm_fwd_kernel<S, D, Y>, unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)),
+                               RowSmem<A, C>::bytes(l.rows_per_block, cache), stream,
       static_cast<const S*>(x.data_ptr()), ptr_or_null<D>(delta), ptr_or_null<S>(weight),
       ptr_or_null<S>(bias), sum.defined() ? static_cast<S*>(sum.data_ptr()) : nullptr,
       static_cast<Y*>(y.data_ptr()), static_cast<C*>(mean.data_ptr()),
@@ -707,8 +710,9 @@ void layer_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, c
   const C* rp = static_cast<const C*>(rstd.data_ptr());
   if (dx.defined()) {
     const RowLaunch l = row_launch(rows, cols);
-    layer_norm_bwd_kernel<S, G><<<unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)),
-                               0, stream>>>(gp, xp, ptr_or_null<S>(weight), mp, rp,
+    ::ember::cuda::launch_kernel(layer_norm_bwd_kernel<S, G>, unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)),
+                                 0, stream,
+        gp, xp, ptr_or_null<S>(weight), mp, rp,
                                             static_cast<S*>(dx.data_ptr()), rows, cols);
     EMBER_CUDA_CHECK_LAUNCH();
   }
@@ -725,10 +729,12 @@ void layer_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, c
   Tensor parts = detail::make_tensor({2 * nparts * int64_t(sizeof(A))}, DType::u8, x.device());
   A* pdw = dweight.defined() ? static_cast<A*>(parts.data_ptr()) : nullptr;
   A* pdb = dbias.defined() ? static_cast<A*>(parts.data_ptr()) + nparts : nullptr;
-  layer_norm_param_grad_kernel<S, G><<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(bx, by), 0,
-                                    stream>>>(gp, xp, mp, rp, rows, cols, chunk_rows, pdw, pdb);
+  ::ember::cuda::launch_kernel(layer_norm_param_grad_kernel<S, G>, dim3(unsigned(col_blocks), unsigned(chunks)), dim3(bx, by),
+                               0, stream,
+      gp, xp, mp, rp, rows, cols, chunk_rows, pdw, pdb);
   EMBER_CUDA_CHECK_LAUNCH();
-  layer_norm_param_finish_kernel<S><<<unsigned(blocks_for_threads(cols)), kBlockThreads, 0, stream>>>(
+  ::ember::cuda::launch_kernel(layer_norm_param_finish_kernel<S>, unsigned(blocks_for_threads(cols)), kBlockThreads,
+                               0, stream,
       pdw, pdb, chunks, cols, dweight.defined() ? static_cast<S*>(dweight.data_ptr()) : nullptr,
       dbias.defined() ? static_cast<S*>(dbias.data_ptr()) : nullptr);
   EMBER_CUDA_CHECK_LAUNCH();

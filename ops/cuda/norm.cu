@@ -21,6 +21,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "ember/cuda/launch.h"
 #include "kernels/norm.h"
 #include "reduce_utils.cuh"
 
@@ -267,18 +268,21 @@ void batch_norm_fwd(const Tensor& x, const Tensor& weight, const Tensor& bias, c
               " channels exceed the CUDA grid limit");
   if (training && cols) {
     const dim3 grid{unsigned(slices), unsigned(ceil_div(C, 32)), 1u};
-    batch_norm_cols_kernel<S><<<grid, dim3(32, 8), 0, on.stream>>>(xp, nullptr, nullptr, N, C, slices,
+    ::ember::cuda::launch_kernel(batch_norm_cols_kernel<S>, grid, dim3(32, 8), 0, on.stream,
+        xp, nullptr, nullptr, N, C, slices,
                                                                   ptr<Pair<A>>(part));
     EMBER_CUDA_CHECK_LAUNCH();
   } else if (training) {
     const dim3 grid{unsigned(slices), unsigned(C), 1u};
     if (u32)
-      batch_norm_stats_kernel<S, uint32_t><<<grid, kThreads, 0, on.stream>>>(xp, C, HW, M, slices, ptr<Pair<A>>(part));
+      ::ember::cuda::launch_kernel(batch_norm_stats_kernel<S, uint32_t>, grid, kThreads, 0, on.stream,
+          xp, C, HW, M, slices, ptr<Pair<A>>(part));
     else
-      batch_norm_stats_kernel<S, uint64_t><<<grid, kThreads, 0, on.stream>>>(xp, C, HW, M, slices, ptr<Pair<A>>(part));
+      ::ember::cuda::launch_kernel(batch_norm_stats_kernel<S, uint64_t>, grid, kThreads, 0, on.stream,
+          xp, C, HW, M, slices, ptr<Pair<A>>(part));
     EMBER_CUDA_CHECK_LAUNCH();
   }
-  batch_norm_finish_kernel<S><<<unsigned(ceil_div(C, kThreads)), kThreads, 0, on.stream>>>(
+  ::ember::cuda::launch_kernel(batch_norm_finish_kernel<S>, unsigned(ceil_div(C, kThreads)), kThreads, 0, on.stream,
       xp, ptr<Pair<A>>(part), slices, C, HW, M, ptr<const C_>(weight), ptr<const C_>(bias),
       ptr<C_>(mean), ptr<C_>(invstd), ptr<C_>(running_mean), ptr<C_>(running_var), ptr<C_>(coef),
       training, momentum, eps);
@@ -286,9 +290,11 @@ void batch_norm_fwd(const Tensor& x, const Tensor& weight, const Tensor& bias, c
   const C_* k = ptr<const C_>(coef);
   const unsigned blocks = unsigned(grid_for(total));
   if (u32)
-    channel_affine_kernel<S, uint32_t><<<blocks, kThreads, 0, on.stream>>>(xp, nullptr, ptr<S>(y), k, nullptr, k + C, C, HW, total);
+    ::ember::cuda::launch_kernel(channel_affine_kernel<S, uint32_t>, blocks, kThreads, 0, on.stream,
+        xp, nullptr, ptr<S>(y), k, nullptr, k + C, C, HW, total);
   else
-    channel_affine_kernel<S, uint64_t><<<blocks, kThreads, 0, on.stream>>>(xp, nullptr, ptr<S>(y), k, nullptr, k + C, C, HW, total);
+    ::ember::cuda::launch_kernel(channel_affine_kernel<S, uint64_t>, blocks, kThreads, 0, on.stream,
+        xp, nullptr, ptr<S>(y), k, nullptr, k + C, C, HW, total);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
@@ -312,14 +318,18 @@ void batch_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, c
   const dim3 grid{unsigned(slices), unsigned(C), 1u};
   const C_* mp = ptr<const C_>(mean);
   if (cols)
-    batch_norm_cols_kernel<S><<<dim3(unsigned(slices), unsigned(ceil_div(C, 32))), dim3(32, 8), 0,
-                                on.stream>>>(xp, gp, mp, N, C, slices, ptr<Pair<A>>(part));
+    ::ember::cuda::launch_kernel(batch_norm_cols_kernel<S>, dim3(unsigned(slices), unsigned(ceil_div(C, 32))), dim3(32, 8),
+                                 0, on.stream,
+        xp, gp, mp, N, C, slices, ptr<Pair<A>>(part));
   else if (u32)
-    batch_norm_bwd_reduce_kernel<S, uint32_t><<<grid, kThreads, 0, on.stream>>>(gp, xp, mp, C, HW, M, slices, ptr<Pair<A>>(part));
+    ::ember::cuda::launch_kernel(batch_norm_bwd_reduce_kernel<S, uint32_t>, grid, kThreads, 0, on.stream,
+        gp, xp, mp, C, HW, M, slices, ptr<Pair<A>>(part));
   else
-    batch_norm_bwd_reduce_kernel<S, uint64_t><<<grid, kThreads, 0, on.stream>>>(gp, xp, mp, C, HW, M, slices, ptr<Pair<A>>(part));
+    ::ember::cuda::launch_kernel(batch_norm_bwd_reduce_kernel<S, uint64_t>, grid, kThreads, 0, on.stream,
+        gp, xp, mp, C, HW, M, slices, ptr<Pair<A>>(part));
   EMBER_CUDA_CHECK_LAUNCH();
-  batch_norm_bwd_finish_kernel<S><<<unsigned(ceil_div(C, kThreads)), kThreads, 0, on.stream>>>(
+  ::ember::cuda::launch_kernel(batch_norm_bwd_finish_kernel<S>, unsigned(ceil_div(C, kThreads)), kThreads,
+                               0, on.stream,
       ptr<Pair<A>>(part), slices, C, M, ptr<const C_>(weight), mp, ptr<const C_>(invstd),
       ptr<C_>(dweight), ptr<C_>(dbias), ptr<C_>(coef), training);
   EMBER_CUDA_CHECK_LAUNCH();
@@ -327,9 +337,11 @@ void batch_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, c
   const C_* k = ptr<const C_>(coef);
   const unsigned blocks = unsigned(grid_for(total));
   if (u32)
-    channel_affine_kernel<S, uint32_t><<<blocks, kThreads, 0, on.stream>>>(gp, xp, ptr<S>(dx), k, k + C, k + 2 * C, C, HW, total);
+    ::ember::cuda::launch_kernel(channel_affine_kernel<S, uint32_t>, blocks, kThreads, 0, on.stream,
+        gp, xp, ptr<S>(dx), k, k + C, k + 2 * C, C, HW, total);
   else
-    channel_affine_kernel<S, uint64_t><<<blocks, kThreads, 0, on.stream>>>(gp, xp, ptr<S>(dx), k, k + C, k + 2 * C, C, HW, total);
+    ::ember::cuda::launch_kernel(channel_affine_kernel<S, uint64_t>, blocks, kThreads, 0, on.stream,
+        gp, xp, ptr<S>(dx), k, k + C, k + 2 * C, C, HW, total);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
@@ -456,7 +468,7 @@ void group_norm_fwd(const Tensor& x, const Tensor& weight, const Tensor& bias, c
   using C_ = compute_t<S>;
   const auto on = ember::cuda::detail::on_device(x.device());
   check_grid("group_norm", N * G);
-  group_norm_fwd_kernel<S><<<unsigned(N * G), kThreads, 0, on.stream>>>(
+  ::ember::cuda::launch_kernel(group_norm_fwd_kernel<S>, unsigned(N * G), kThreads, 0, on.stream,
       static_cast<const S*>(x.data_ptr()), ptr<const C_>(weight), ptr<const C_>(bias), ptr<S>(y),
       ptr<C_>(mean), ptr<C_>(rstd), G, C / G, HW, eps);
   EMBER_CUDA_CHECK_LAUNCH();
@@ -474,26 +486,28 @@ void group_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, c
   const int64_t rows = N * G, total = x.numel();
   check_grid("group_norm_backward", N * C);
   Tensor sums = workspace<Pair<A>>(N * C, x.device());
-  group_norm_plane_sums_kernel<S><<<unsigned(N * C), kThreads, 0, on.stream>>>(gp, xp, HW, ptr<Pair<A>>(sums));
+  ::ember::cuda::launch_kernel(group_norm_plane_sums_kernel<S>, unsigned(N * C), kThreads, 0, on.stream,
+      gp, xp, HW, ptr<Pair<A>>(sums));
   EMBER_CUDA_CHECK_LAUNCH();
   const C_* mp = ptr<const C_>(mean);
   const C_* rp = ptr<const C_>(rstd);
   if (dx.defined()) {
     Tensor coef = workspace<C_>(2 * rows, x.device());
-    group_norm_row_coef_kernel<S><<<unsigned(ceil_div(rows, kThreads)), kThreads, 0, on.stream>>>(
+    ::ember::cuda::launch_kernel(group_norm_row_coef_kernel<S>, unsigned(ceil_div(rows, kThreads)), kThreads,
+                                 0, on.stream,
         ptr<Pair<A>>(sums), ptr<const C_>(weight), mp, rp, rows, G, C / G, HW, ptr<C_>(coef));
     EMBER_CUDA_CHECK_LAUNCH();
     const unsigned blocks = unsigned(grid_for(total));
     if (fits_u32(total))
-      group_norm_dx_kernel<S, uint32_t><<<blocks, kThreads, 0, on.stream>>>(
+      ::ember::cuda::launch_kernel(group_norm_dx_kernel<S, uint32_t>, blocks, kThreads, 0, on.stream,
           gp, xp, ptr<S>(dx), ptr<const C_>(weight), rp, ptr<const C_>(coef), rows, C, G, HW, total);
     else
-      group_norm_dx_kernel<S, uint64_t><<<blocks, kThreads, 0, on.stream>>>(
+      ::ember::cuda::launch_kernel(group_norm_dx_kernel<S, uint64_t>, blocks, kThreads, 0, on.stream,
           gp, xp, ptr<S>(dx), ptr<const C_>(weight), rp, ptr<const C_>(coef), rows, C, G, HW, total);
     EMBER_CUDA_CHECK_LAUNCH();
   }
   if (dweight.defined() || dbias.defined()) {
-    group_norm_param_kernel<S><<<unsigned(ceil_div(C, kThreads)), kThreads, 0, on.stream>>>(
+    ::ember::cuda::launch_kernel(group_norm_param_kernel<S>, unsigned(ceil_div(C, kThreads)), kThreads, 0, on.stream,
         ptr<Pair<A>>(sums), mp, rp, N, C, G, ptr<C_>(dweight), ptr<C_>(dbias));
     EMBER_CUDA_CHECK_LAUNCH();
   }
@@ -602,8 +616,9 @@ void rms_norm_fwd(const Tensor& x, const Tensor& weight, const Tensor& y, const 
   const auto on = ember::cuda::detail::on_device(x.device());
   const int64_t rows = rstd.numel();
   const RowLaunch l = row_launch(rows, cols, "rms_norm");
-  rms_norm_fwd_kernel<S><<<unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)), 0,
-                           on.stream>>>(static_cast<const S*>(x.data_ptr()), ptr<const C_>(weight),
+  ::ember::cuda::launch_kernel(rms_norm_fwd_kernel<S>, unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)),
+                               0, on.stream,
+      static_cast<const S*>(x.data_ptr()), ptr<const C_>(weight),
                                         ptr<S>(y), ptr<C_>(rstd), rows, cols, eps);
   EMBER_CUDA_CHECK_LAUNCH();
 }
@@ -620,8 +635,9 @@ void rms_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, con
   const C_* rp = ptr<const C_>(rstd);
   if (dx.defined()) {
     const RowLaunch l = row_launch(rows, cols, "rms_norm_backward");
-    rms_norm_bwd_kernel<S><<<unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)), 0,
-                             on.stream>>>(gp, xp, ptr<const C_>(weight), rp, ptr<S>(dx), rows, cols);
+    ::ember::cuda::launch_kernel(rms_norm_bwd_kernel<S>, unsigned(l.blocks), dim3(unsigned(l.g), unsigned(l.rows_per_block)),
+                                 0, on.stream,
+        gp, xp, ptr<const C_>(weight), rp, ptr<S>(dx), rows, cols);
     EMBER_CUDA_CHECK_LAUNCH();
   }
   if (!dweight.defined()) return;
@@ -634,10 +650,12 @@ void rms_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, con
   chunks = ceil_div(rows, chunk_rows);
   check_grid("rms_norm_backward", col_blocks);
   Tensor part = workspace<A>(chunks * cols, x.device());
-  rms_norm_param_kernel<S><<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(bx, by), 0, on.stream>>>(
+  ::ember::cuda::launch_kernel(rms_norm_param_kernel<S>, dim3(unsigned(col_blocks), unsigned(chunks)), dim3(bx, by),
+                               0, on.stream,
       gp, xp, rp, rows, cols, chunk_rows, ptr<A>(part));
   EMBER_CUDA_CHECK_LAUNCH();
-  rms_norm_param_finish_kernel<S><<<unsigned(ceil_div(cols, kThreads)), kThreads, 0, on.stream>>>(
+  ::ember::cuda::launch_kernel(rms_norm_param_finish_kernel<S>, unsigned(ceil_div(cols, kThreads)), kThreads,
+                               0, on.stream,
       ptr<const A>(part), chunks, cols, ptr<C_>(dweight));
   EMBER_CUDA_CHECK_LAUNCH();
 }

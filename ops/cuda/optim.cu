@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "ember/cuda/launch.h"
 #include "ember/cuda/check.h"
 #include "ember/cuda/device_guard.h"
 #include "ember/cuda/stream_handle.h"
@@ -154,7 +155,8 @@ void launch_adam(const TensorList& params, const TensorList& grads, const Tensor
             t.b[row] = ab.second;
           },
           [&](const TensorTable<4>& t, int64_t blocks) {
-            adam_multi_tensor_kernel<P, S, C><<<unsigned(blocks), kThreads, 0, stream>>>(t, k, sched);
+            ::ember::cuda::launch_kernel(adam_multi_tensor_kernel<P, S, C>, unsigned(blocks), kThreads, 0, stream,
+                t, k, sched);
             EMBER_CUDA_CHECK_LAUNCH();
           });
     });
@@ -190,7 +192,7 @@ void adam_step_scheduled_kernel(const TensorList& params, const TensorList& grad
   launch_adam(params, grads, exp_avgs, exp_avg_sqs, hp, sched,
               [&](size_t i) { return std::make_pair(double(step_index[i]), 0.0); }, stream);
   const int64_t n = steps.numel();
-  advance_steps_kernel<<<unsigned((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+  ::ember::cuda::launch_kernel(advance_steps_kernel, unsigned((n + kThreads - 1) / kThreads), kThreads, 0, stream,
       static_cast<double*>(steps.data_ptr()), n, sched.found_inf);
   EMBER_CUDA_CHECK_LAUNCH();
 }
@@ -218,7 +220,8 @@ void sgd_step_kernel(const TensorList& params, const TensorList& grads,
             t.b[row] = 0.0;
           },
           [&](const TensorTable<3>& t, int64_t blocks) {
-            sgd_multi_tensor_kernel<P, S, C><<<unsigned(blocks), kThreads, 0, stream>>>(t, k);
+            ::ember::cuda::launch_kernel(sgd_multi_tensor_kernel<P, S, C>, unsigned(blocks), kThreads, 0, stream,
+                t, k);
             EMBER_CUDA_CHECK_LAUNCH();
           });
     });

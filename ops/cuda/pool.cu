@@ -14,6 +14,7 @@
 //   guard for the launch; every launch is checked.
 #include <algorithm>
 
+#include "ember/cuda/launch.h"
 #include "ember/cuda/device_guard.h"
 #include "ember/cuda/stream_handle.h"
 #include "kernels/pool.h"
@@ -282,7 +283,7 @@ void avg_pool2d_fwd_kernel(const Tensor& x, const Tensor& y, const AvgPool2dPara
   const auto on = ember::cuda::detail::on_device(x.device());
   visit_floating(x.dtype(), [&](auto tag) {
     using S = decltype(tag);
-    avg_pool2d_fwd_kernel_<S><<<blocks_for(total), kThreads, 0, on.stream>>>(
+    ::ember::cuda::launch_kernel(avg_pool2d_fwd_kernel_<S>, blocks_for(total), kThreads, 0, on.stream,
         static_cast<const S*>(x.data_ptr()), static_cast<S*>(y.data_ptr()), x.sizes()[2], x.sizes()[3],
         y.sizes()[2], y.sizes()[3], p, total);
   });
@@ -294,7 +295,7 @@ void avg_pool2d_bwd_kernel(const Tensor& gy, const Tensor& gx, const AvgPool2dPa
   const auto on = ember::cuda::detail::on_device(gx.device());
   visit_floating(gy.dtype(), [&](auto tag) {
     using S = decltype(tag);
-    avg_pool2d_bwd_kernel_<S><<<blocks_for(total), kThreads, 0, on.stream>>>(
+    ::ember::cuda::launch_kernel(avg_pool2d_bwd_kernel_<S>, blocks_for(total), kThreads, 0, on.stream,
         static_cast<const S*>(gy.data_ptr()), static_cast<S*>(gx.data_ptr()), gx.sizes()[2], gx.sizes()[3],
         gy.sizes()[2], gy.sizes()[3], p, total);
   });
@@ -310,9 +311,11 @@ void adaptive_avg_pool2d_fwd_kernel(const Tensor& x, const Tensor& y) {
     const S* xs = static_cast<const S*>(x.data_ptr());
     S* ys = static_cast<S*>(y.data_ptr());
     if (Ho == 1 && Wo == 1)
-      global_avg_pool_fwd_kernel<S><<<blocks_for(total * 32), kThreads, 0, on.stream>>>(xs, ys, total, H * W);
+      ::ember::cuda::launch_kernel(global_avg_pool_fwd_kernel<S>, blocks_for(total * 32), kThreads, 0, on.stream,
+          xs, ys, total, H * W);
     else
-      adaptive_avg_pool2d_fwd_kernel_<S><<<blocks_for(total), kThreads, 0, on.stream>>>(xs, ys, H, W, Ho, Wo, total);
+      ::ember::cuda::launch_kernel(adaptive_avg_pool2d_fwd_kernel_<S>, blocks_for(total), kThreads, 0, on.stream,
+          xs, ys, H, W, Ho, Wo, total);
   });
   EMBER_CUDA_CHECK_LAUNCH();
 }
@@ -326,9 +329,11 @@ void adaptive_avg_pool2d_bwd_kernel(const Tensor& gy, const Tensor& gx) {
     const S* g = static_cast<const S*>(gy.data_ptr());
     S* out = static_cast<S*>(gx.data_ptr());
     if (Ho == 1 && Wo == 1)
-      global_avg_pool_bwd_kernel<S><<<blocks_for(total), kThreads, 0, on.stream>>>(g, out, H * W, total);
+      ::ember::cuda::launch_kernel(global_avg_pool_bwd_kernel<S>, blocks_for(total), kThreads, 0, on.stream,
+          g, out, H * W, total);
     else
-      adaptive_avg_pool2d_bwd_kernel_<S><<<blocks_for(total), kThreads, 0, on.stream>>>(g, out, H, W, Ho, Wo, total);
+      ::ember::cuda::launch_kernel(adaptive_avg_pool2d_bwd_kernel_<S>, blocks_for(total), kThreads, 0, on.stream,
+          g, out, H, W, Ho, Wo, total);
   });
   EMBER_CUDA_CHECK_LAUNCH();
 }
@@ -338,7 +343,7 @@ void adaptive_max_pool2d_fwd_kernel(const Tensor& x, const Tensor& y, const Tens
   const auto on = ember::cuda::detail::on_device(x.device());
   visit_floating(x.dtype(), [&](auto tag) {
     using S = decltype(tag);
-    adaptive_max_pool2d_fwd_kernel_<S><<<blocks_for(total), kThreads, 0, on.stream>>>(
+    ::ember::cuda::launch_kernel(adaptive_max_pool2d_fwd_kernel_<S>, blocks_for(total), kThreads, 0, on.stream,
         static_cast<const S*>(x.data_ptr()), static_cast<S*>(y.data_ptr()), static_cast<int64_t*>(indices.data_ptr()),
         x.sizes()[2], x.sizes()[3], y.sizes()[2], y.sizes()[3], total);
   });
@@ -350,7 +355,7 @@ void upsample2d_fwd_kernel(const Tensor& x, const Tensor& y, const Upsample2dPar
   const auto on = ember::cuda::detail::on_device(x.device());
   visit_floating(x.dtype(), [&](auto tag) {
     using S = decltype(tag);
-    upsample2d_fwd_kernel_<S><<<blocks_for(total), kThreads, 0, on.stream>>>(
+    ::ember::cuda::launch_kernel(upsample2d_fwd_kernel_<S>, blocks_for(total), kThreads, 0, on.stream,
         static_cast<const S*>(x.data_ptr()), static_cast<S*>(y.data_ptr()), x.sizes()[2], x.sizes()[3],
         y.sizes()[2], y.sizes()[3], p, total);
   });
@@ -362,7 +367,7 @@ void upsample2d_bwd_kernel(const Tensor& gy, const Tensor& gx, const Upsample2dP
   const auto on = ember::cuda::detail::on_device(gx.device());
   visit_floating(gy.dtype(), [&](auto tag) {
     using S = decltype(tag);
-    upsample2d_bwd_kernel_<S><<<blocks_for(total), kThreads, 0, on.stream>>>(
+    ::ember::cuda::launch_kernel(upsample2d_bwd_kernel_<S>, blocks_for(total), kThreads, 0, on.stream,
         static_cast<const S*>(gy.data_ptr()), static_cast<S*>(gx.data_ptr()), gx.sizes()[2], gx.sizes()[3],
         gy.sizes()[2], gy.sizes()[3], p, total);
   });
@@ -374,7 +379,7 @@ void pad_fwd_kernel(const Tensor& x, const Tensor& y, const PadGeom& g, PadMode 
   const auto on = ember::cuda::detail::on_device(x.device());
   visit_dtype(x.dtype(), [&](auto tag) {
     using S = decltype(tag);
-    pad_fwd_kernel_<S><<<blocks_for(total), kThreads, 0, on.stream>>>(
+    ::ember::cuda::launch_kernel(pad_fwd_kernel_<S>, blocks_for(total), kThreads, 0, on.stream,
         static_cast<const S*>(x.data_ptr()), static_cast<S*>(y.data_ptr()), g, mode, S(compute_t<S>(value)), total);
   });
   EMBER_CUDA_CHECK_LAUNCH();
@@ -385,7 +390,7 @@ void pad_bwd_kernel(const Tensor& gy, const Tensor& gx, const PadGeom& g, PadMod
   const auto on = ember::cuda::detail::on_device(gx.device());
   visit_floating(gy.dtype(), [&](auto tag) {
     using S = decltype(tag);
-    pad_bwd_kernel_<S><<<blocks_for(total), kThreads, 0, on.stream>>>(
+    ::ember::cuda::launch_kernel(pad_bwd_kernel_<S>, blocks_for(total), kThreads, 0, on.stream,
         static_cast<const S*>(gy.data_ptr()), static_cast<S*>(gx.data_ptr()), g, mode, total);
   });
   EMBER_CUDA_CHECK_LAUNCH();

@@ -2,6 +2,7 @@
 // (Note [Philox layout]), so a seed gives the same values on both devices.
 #include <cmath>
 
+#include "ember/cuda/launch.h"
 #include "ember/cuda/check.h"
 #include "ember/cuda/device_guard.h"
 #include "ember/cuda/stream_handle.h"
@@ -57,7 +58,7 @@ void launch(const Tensor& t, Generator::State s, Dist dist, double a, double b) 
   cudaStream_t stream = on.stream;
   visit_dtype(t.dtype(), [&](auto tag) {
     using S = decltype(tag);
-    random_kernel<S><<<unsigned(blocks), 256, 0, stream>>>(
+    ::ember::cuda::launch_kernel(random_kernel<S>, unsigned(blocks), 256, 0, stream,
         static_cast<S*>(t.data_ptr()), n, s, dist, a, b, largest_below(b, t.dtype()));
   });
   EMBER_CUDA_CHECK_LAUNCH();

@@ -24,6 +24,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "ember/cuda/launch.h"
 #include "kernels/reduce.h"
 #include "reduce_utils.cuh"
 
@@ -288,7 +289,8 @@ void run(const Op& op, const Tensor& in) {
     EMBER_CHECK(blocks < (int64_t(1) << 31), ShapeError, "[cuda reduce] ", O,
                 " outputs exceed the CUDA grid limit");
     const size_t smem = size_t(rows_per_block) * 32 * sizeof(Acc);
-    reduce_rows_kernel<S, Op><<<unsigned(blocks), dim3(unsigned(g), unsigned(rows_per_block)), smem, stream>>>(
+    ::ember::cuda::launch_kernel(reduce_rows_kernel<S, Op>, unsigned(blocks), dim3(unsigned(g), unsigned(rows_per_block)),
+                                 smem, stream,
         op, x, O, os, R, rs, seg_len, nseg, partial);
     EMBER_CUDA_CHECK_LAUNCH();
   } else {
@@ -305,13 +307,15 @@ void run(const Op& op, const Tensor& in) {
     EMBER_CHECK(items * nseg < (int64_t(1) << 31), ShapeError, "[cuda reduce] ", n_out,
                 " outputs exceed the CUDA grid limit");
     const size_t smem = size_t(kBlockThreads) * sizeof(Acc);
-    reduce_cols_kernel<S, Op><<<unsigned(items * nseg), dim3(unsigned(bx), unsigned(by)), smem, stream>>>(
+    ::ember::cuda::launch_kernel(reduce_cols_kernel<S, Op>, unsigned(items * nseg), dim3(unsigned(bx), unsigned(by)),
+                                 smem, stream,
         op, x, O, os, R, rs, K, ks, seg_rows, nseg, partial);
     EMBER_CUDA_CHECK_LAUNCH();
   }
   if (nseg > 1) {
     const int64_t blocks = std::min<int64_t>(ceil_div(n_out, kBlockThreads), int64_t(1) << 16);
-    reduce_finish_kernel<Op><<<unsigned(blocks), kBlockThreads, 0, stream>>>(op, partial, n_out, nseg);
+    ::ember::cuda::launch_kernel(reduce_finish_kernel<Op>, unsigned(blocks), kBlockThreads, 0, stream,
+        op, partial, n_out, nseg);
     EMBER_CUDA_CHECK_LAUNCH();
   }
   // `scratch` is released here on the host; the caching allocator hands its block only to

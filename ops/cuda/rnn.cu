@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "ember/cuda/launch.h"
 #include "kernels/rnn.h"
 #include "reduce_utils.cuh"
 
@@ -174,7 +175,7 @@ void lstm_cell_fwd_kernel(const Tensor& gx, const Tensor& gh, const Tensor& c_pr
   const auto on = ember::cuda::detail::on_device(h.device());
   visit_floating(h.dtype(), [&](auto tag) {
     using S = decltype(tag);
-    lstm_cell_fwd_kernel_impl<S><<<g.blocks, kThreads, 0, on.stream>>>(
+    ::ember::cuda::launch_kernel(lstm_cell_fwd_kernel_impl<S>, g.blocks, kThreads, 0, on.stream,
         cptr<S>(gx), rs(gx), cptr<S>(gh), rs(gh), cptr<S>(c_prev), rs(c_prev), mptr<S>(h),
         rs(h), mptr<S>(c), rs(c), mptr<S>(gates), rs(gates), h.sizes()[1], g.total);
   });
@@ -189,7 +190,7 @@ void lstm_cell_bwd_kernel(const Tensor& dh, const Tensor& dc, const Tensor& gate
   const auto on = ember::cuda::detail::on_device(dh.device());
   visit_floating(dh.dtype(), [&](auto tag) {
     using S = decltype(tag);
-    lstm_cell_bwd_kernel_impl<S><<<g.blocks, kThreads, 0, on.stream>>>(
+    ::ember::cuda::launch_kernel(lstm_cell_bwd_kernel_impl<S>, g.blocks, kThreads, 0, on.stream,
         cptr<S>(dh), rs(dh), cptr<S>(dc), rs(dc), cptr<S>(gates), rs(gates), cptr<S>(c_prev),
         rs(c_prev), cptr<S>(c), rs(c), mptr<S>(dgates), rs(dgates), mptr<S>(dc_prev),
         rs(dc_prev), accumulate, dh.sizes()[1], g.total);
@@ -204,7 +205,7 @@ void gru_cell_fwd_kernel(const Tensor& gx, const Tensor& gh, const Tensor& h_pre
   const auto on = ember::cuda::detail::on_device(h.device());
   visit_floating(h.dtype(), [&](auto tag) {
     using S = decltype(tag);
-    gru_cell_fwd_kernel_impl<S><<<g.blocks, kThreads, 0, on.stream>>>(
+    ::ember::cuda::launch_kernel(gru_cell_fwd_kernel_impl<S>, g.blocks, kThreads, 0, on.stream,
         cptr<S>(gx), rs(gx), cptr<S>(gh), rs(gh), cptr<S>(h_prev), rs(h_prev), mptr<S>(h),
         rs(h), mptr<S>(ws), rs(ws), h.sizes()[1], g.total);
   });
@@ -219,7 +220,7 @@ void gru_cell_bwd_kernel(const Tensor& dh, const Tensor& ws, const Tensor& h_pre
   const auto on = ember::cuda::detail::on_device(dh.device());
   visit_floating(dh.dtype(), [&](auto tag) {
     using S = decltype(tag);
-    gru_cell_bwd_kernel_impl<S><<<g.blocks, kThreads, 0, on.stream>>>(
+    ::ember::cuda::launch_kernel(gru_cell_bwd_kernel_impl<S>, g.blocks, kThreads, 0, on.stream,
         cptr<S>(dh), rs(dh), cptr<S>(ws), rs(ws), cptr<S>(h_prev), rs(h_prev), mptr<S>(dgx),
         rs(dgx), mptr<S>(dgh), rs(dgh), mptr<S>(dh_prev), rs(dh_prev), accumulate,
         dh.sizes()[1], g.total);

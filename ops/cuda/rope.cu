@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "ember/cuda/launch.h"
 #include "kernels/rope.h"
 #include "reduce_utils.cuh"
 
@@ -81,7 +82,8 @@ void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& o
   const C sign = inverse ? C(-1) : C(1);
   const int64_t sb = x.strides()[0], st = x.strides()[1], sh = x.strides()[2], sd = x.strides()[3];
   auto launch = [&](auto kernel) {
-    kernel<<<blocks, kThreads, 0, on.stream>>>(xp, sb, st, sh, sd, cp, sp, sign, op, T, H, half,
+    ::ember::cuda::launch_kernel(kernel, blocks, kThreads, 0, on.stream,
+        xp, sb, st, sh, sd, cp, sp, sign, op, T, H, half,
                                                groups);
     EMBER_CUDA_CHECK_LAUNCH();
   };

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ember/cuda/launch.h"
 #include "kernels/sort.h"
 #include "reduce_utils.cuh"
 
@@ -166,7 +167,7 @@ void sort_rows(const Tensor& in, const Tensor& values, const Tensor& indices, bo
     while (n_pad < N) n_pad <<= 1;
     const int threads = std::max(32, std::min(1024, n_pad / 2));
     const size_t smem = size_t(n_pad) * (sizeof(U) + sizeof(int));
-    bitonic_rows_kernel<S><<<unsigned(std::min(M, kMaxGrid)), threads, smem, stream>>>(
+    ::ember::cuda::launch_kernel(bitonic_rows_kernel<S>, unsigned(std::min(M, kMaxGrid)), threads, smem, stream,
         x, M, rs, int(N), n_pad, int(k), descending, vo, io);
     EMBER_CUDA_CHECK_LAUNCH();
     return;
@@ -189,7 +190,7 @@ void sort_rows(const Tensor& in, const Tensor& values, const Tensor& indices, bo
   int* off = offsets.data_ptr<int32_t>();
   for (int64_t r0 = 0; r0 < M; r0 += batch_rows) {
     const int64_t rows = std::min(batch_rows, M - r0), count = rows * N;
-    radix_prep_kernel<S><<<elementwise_blocks(count, 256), 256, 0, stream>>>(
+    ::ember::cuda::launch_kernel(radix_prep_kernel<S>, elementwise_blocks(count, 256), 256, 0, stream,
         x + r0 * rs, rs, N, count, kin, pin, off, rows);
     EMBER_CUDA_CHECK_LAUNCH();
     auto call = [&](void* temp, size_t& bytes) {
@@ -205,7 +206,7 @@ void sort_rows(const Tensor& in, const Tensor& values, const Tensor& indices, bo
     EMBER_CUDA_CHECK(call(nullptr, bytes));
     Tensor temp = detail::make_tensor({int64_t(std::max<size_t>(bytes, 1))}, DType::u8, dev);
     EMBER_CUDA_CHECK(call(temp.data_ptr(), bytes));
-    radix_gather_kernel<S><<<elementwise_blocks(rows * k, 256), 256, 0, stream>>>(
+    ::ember::cuda::launch_kernel(radix_gather_kernel<S>, elementwise_blocks(rows * k, 256), 256, 0, stream,
         x + r0 * rs, rs, N, k, rows, pout, vo + r0 * k, io + r0 * k);
     EMBER_CUDA_CHECK_LAUNCH();
   }
@@ -308,9 +309,11 @@ void scan_typed(const Tensor& in, const Tensor& out) {
   if (K == 1) {
     int threads = kScanThreads;
     while (threads > 32 && threads / 2 >= N) threads /= 2;
-    scan_rows_kernel<S, kProd><<<unsigned(std::min(O, kMaxGrid)), threads, 0, on.stream>>>(x, O, os, N, ns, y);
+    ::ember::cuda::launch_kernel(scan_rows_kernel<S, kProd>, unsigned(std::min(O, kMaxGrid)), threads, 0, on.stream,
+        x, O, os, N, ns, y);
   } else {
-    scan_cols_kernel<S, kProd><<<elementwise_blocks(O * K, 256), 256, 0, on.stream>>>(x, O, os, N, ns, K, ks, y);
+    ::ember::cuda::launch_kernel(scan_cols_kernel<S, kProd>, elementwise_blocks(O * K, 256), 256, 0, on.stream,
+        x, O, os, N, ns, K, ks, y);
   }
   EMBER_CUDA_CHECK_LAUNCH();
 }

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "ember/cuda/launch.h"
 #include "ember/ops/functors.h"
 #include "kernels/swiglu.h"
 #include "loops.cuh"
@@ -122,9 +123,10 @@ void swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& out) {
   const S* u = ptr<const S>(up);
   S* o = ptr<S>(out);
   if (vec)
-    swiglu_fwd_kernel<S, kVec<S>><<<grid_for(n / kVec<S> + kVec<S>), kThreads, 0, on.stream>>>(
+    ::ember::cuda::launch_kernel(swiglu_fwd_kernel<S, kVec<S>>, grid_for(n / kVec<S> + kVec<S>), kThreads,
+                                 0, on.stream,
         g, u, o, n);
-  else swiglu_fwd_kernel<S, 1><<<grid_for(n), kThreads, 0, on.stream>>>(g, u, o, n);
+  else ::ember::cuda::launch_kernel(swiglu_fwd_kernel<S, 1>, grid_for(n), kThreads, 0, on.stream, g, u, o, n);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
@@ -146,10 +148,12 @@ void swiglu_bwd(const Tensor& grad, const Tensor& gate, const Tensor& up, const 
   const S* g = ptr<const S>(gate);
   const S* u = ptr<const S>(up);
   if (vec)
-    swiglu_bwd_kernel<S, kVec<S>><<<grid_for(n / kVec<S> + kVec<S>), kThreads, 0, on.stream>>>(
+    ::ember::cuda::launch_kernel(swiglu_bwd_kernel<S, kVec<S>>, grid_for(n / kVec<S> + kVec<S>), kThreads,
+                                 0, on.stream,
         gr, g, u, ptr<S>(dgate), ptr<S>(dup), n);
   else
-    swiglu_bwd_kernel<S, 1><<<grid_for(n), kThreads, 0, on.stream>>>(gr, g, u, ptr<S>(dgate),
+    ::ember::cuda::launch_kernel(swiglu_bwd_kernel<S, 1>, grid_for(n), kThreads, 0, on.stream,
+        gr, g, u, ptr<S>(dgate),
                                                                      ptr<S>(dup), n);
   EMBER_CUDA_CHECK_LAUNCH();
 }

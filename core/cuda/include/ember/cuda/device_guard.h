@@ -49,7 +49,7 @@ class DeviceGuard {
 // What a kernel launcher needs: `device` current until the end of the caller's scope, and this
 // thread's current stream on it.
 //   const auto on = ember::cuda::detail::on_device(x.device().index);
-//   kernel<<<grid, block, 0, on.stream>>>(...);
+//   ember::cuda::launch_kernel(kernel, grid, block, 0, on.stream, ...);
 struct DeviceStream {
   DeviceGuard guard;
   cudaStream_t stream;
