@@ -364,30 +364,49 @@ void sync_threads(const char* where) {
   t_thread_idx = f.tid;
 }
 
-void run_grid(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared, size_t parameter_bytes, Body body,
-              void* closure) {
+namespace {
+CaptureHook g_capture_hook = nullptr;
+}  // namespace
+
+void set_capture_hook(CaptureHook hook) { g_capture_hook = hook; }
+
+void submit(cudaStream_t stream, std::function<void()> work) {
+  if (g_capture_hook != nullptr && g_capture_hook(stream, work)) return;
+  work();
+}
+
+void check_launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared, size_t parameter_bytes) {
   if (t_block != nullptr) fail("a kernel launched from inside a kernel (dynamic parallelism is not simulated)");
   const uint64_t threads = uint64_t(block.x) * block.y * block.z;
   if (threads == 0 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64)
-    throw SimError("[cuda_sim] invalid configuration argument: block (" + std::to_string(block.x) + ", " +
-                   std::to_string(block.y) + ", " + std::to_string(block.z) +
-                   ") (at most 1024 threads; x, y <= 1024, z <= 64)");
+    throw LaunchError(cudaErrorInvalidConfiguration,
+                      "[cuda_sim] invalid configuration argument: block (" + std::to_string(block.x) + ", " +
+                          std::to_string(block.y) + ", " + std::to_string(block.z) +
+                          ") (at most 1024 threads; x, y <= 1024, z <= 64)");
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
-    throw SimError("[cuda_sim] invalid configuration argument: grid (" + std::to_string(grid.x) + ", " +
-                   std::to_string(grid.y) + ", " + std::to_string(grid.z) +
-                   ") (each > 0; x < 2^31, y and z <= 65535)");
+    throw LaunchError(cudaErrorInvalidConfiguration,
+                      "[cuda_sim] invalid configuration argument: grid (" + std::to_string(grid.x) + ", " +
+                          std::to_string(grid.y) + ", " + std::to_string(grid.z) +
+                          ") (each > 0; x < 2^31, y and z <= 65535)");
   size_t limit = kDefaultDynamicSharedLimit;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     if (auto it = g_dynamic_shared_opt_in.find(kernel); it != g_dynamic_shared_opt_in.end()) limit = it->second;
   }
   if (dynamic_shared > limit)
-    throw SimError("[cuda_sim] invalid argument: " + std::to_string(dynamic_shared) +
-                   " bytes of dynamic shared memory, above the kernel's limit of " + std::to_string(limit) +
-                   (limit == kDefaultDynamicSharedLimit ? " (48 KB without cudaFuncSetAttribute's opt-in)" : ""));
+    throw LaunchError(cudaErrorInvalidValue,
+                      "[cuda_sim] invalid argument: " + std::to_string(dynamic_shared) +
+                          " bytes of dynamic shared memory, above the kernel's limit of " + std::to_string(limit) +
+                          (limit == kDefaultDynamicSharedLimit ? " (48 KB without cudaFuncSetAttribute's opt-in)" : ""));
   if (parameter_bytes > kMaxParameterBytes)
-    throw SimError("[cuda_sim] too many resources requested for launch: " + std::to_string(parameter_bytes) +
-                   " bytes of kernel parameters (at most 32764)");
+    throw LaunchError(cudaErrorLaunchOutOfResources,
+                      "[cuda_sim] too many resources requested for launch: " + std::to_string(parameter_bytes) +
+                          " bytes of kernel parameters (at most 32764)");
+}
+
+void run_grid(dim3 grid, dim3 block, size_t dynamic_shared, Body body, void* closure) {
+  if (t_block != nullptr) fail("a kernel launched from inside a kernel (dynamic parallelism is not simulated)");
+  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
 
   const size_t stack_bytes = [] {
     const char* e = std::getenv("EMBER_SIM_STACK_KB");

@@ -23,7 +23,11 @@ template <class... Params, class... Args>
 inline void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dynamic_shared,
                           cudaStream_t stream, Args&&... args) {
 #ifdef EMBER_CUDA_SIM
-  ::ember::cuda::sim::launch(kernel, grid, block, dynamic_shared, stream, std::forward<Args>(args)...);
+  try {
+    ::ember::cuda::sim::launch(kernel, grid, block, dynamic_shared, stream, std::forward<Args>(args)...);
+  } catch (const ::ember::cuda::sim::LaunchError& e) {  // refused, as the GPU would: the code is latched
+    ::ember::cuda::sim::set_last_error(e.error);
+  }
 #else
   kernel<<<grid, block, dynamic_shared, stream>>>(std::forward<Args>(args)...);
 #endif

@@ -41,6 +41,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -51,6 +53,12 @@ namespace ember::cuda::sim {
 
 struct SimError : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+// A launch the GPU would refuse (the configuration, the shared memory, the parameters), with
+// the error the CUDA runtime gives for it.
+struct LaunchError : SimError {
+  LaunchError(cudaError_t e, const std::string& what) : SimError(what), error(e) {}
+  cudaError_t error;
 };
 
 enum class LaneOrder : uint8_t { forward, reverse, random };
@@ -83,6 +91,10 @@ inline unsigned char* dynamic_shared_memory();
 // What cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) does.
 void set_max_dynamic_shared_memory(const void* kernel, size_t bytes);
 
+// Latches `e` as the calling thread's last CUDA error (the simulated runtime, runtime.cpp):
+// what a launch the GPU refuses leaves for the check after it.
+void set_last_error(cudaError_t e);
+
 struct Stats {
   uint64_t launches = 0, blocks = 0, threads = 0, barriers = 0, warp_collectives = 0;
 };
@@ -102,8 +114,14 @@ uint64_t warp_collective(Collective op, unsigned mask, uint64_t value, int arg, 
 void sync_threads(const char* where);
 
 using Body = void (*)(void* closure);
-void run_grid(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared, size_t parameter_bytes,
-              Body body, void* closure);
+// Throws LaunchError for a launch an H100 refuses.
+void check_launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared, size_t parameter_bytes);
+void run_grid(dim3 grid, dim3 block, size_t dynamic_shared, Body body, void* closure);
+// Runs `work` now, or records it when `stream` is capturing a graph (the simulated runtime's
+// hook; without a runtime, always now).
+void submit(cudaStream_t stream, std::function<void()> work);
+using CaptureHook = bool (*)(cudaStream_t stream, std::function<void()>& work);  // true: recorded
+void set_capture_hook(CaptureHook hook);
 
 }  // namespace detail
 inline unsigned char* dynamic_shared_memory() { return detail::t_dynamic_shared; }
@@ -127,24 +145,30 @@ T from_bits(uint64_t b) {
 
 // kernel<<<grid, block, dynamic_shared, stream>>>(args...): every thread runs the kernel with
 // its own copy of the parameters, converted from args as a launch converts them. Runs to
-// completion before it returns (stream order holds trivially).
+// completion before it returns (stream order holds trivially), or, on a stream capturing a
+// graph, is recorded with its parameters for the graph's replays. A launch an H100 refuses
+// throws LaunchError before anything runs.
 template <class... Params, class... Args>
-void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dynamic_shared, cudaStream_t,
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dynamic_shared, cudaStream_t stream,
             Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "a launch passes one argument per kernel parameter");
   using Tuple = std::tuple<std::decay_t<Params>...>;
   struct Closure {
     void (*kernel)(Params...);
-    Tuple params;
-  } closure{kernel, Tuple(std::forward<Args>(args)...)};
+    Tuple params;  // copied at launch, as CUDA copies them into the parameter buffer
+  };
   const size_t parameter_bytes = (size_t(0) + ... + sizeof(std::decay_t<Params>));
-  detail::run_grid(reinterpret_cast<const void*>(kernel), grid, block, dynamic_shared, parameter_bytes,
-                   [](void* c) {
-                     auto* cl = static_cast<Closure*>(c);
-                     Tuple mine = cl->params;  // this thread's parameters
-                     std::apply(cl->kernel, mine);
-                   },
-                   &closure);
+  detail::check_launch(reinterpret_cast<const void*>(kernel), grid, block, dynamic_shared, parameter_bytes);
+  auto closure = std::make_shared<Closure>(Closure{kernel, Tuple(std::forward<Args>(args)...)});
+  detail::submit(stream, [closure, grid, block, dynamic_shared] {
+    detail::run_grid(grid, block, dynamic_shared,
+                     [](void* c) {
+                       auto* cl = static_cast<Closure*>(c);
+                       Tuple mine = cl->params;  // this thread's parameters
+                       std::apply(cl->kernel, mine);
+                     },
+                     closure.get());
+  });
 }
 
 }  // namespace ember::cuda::sim

@@ -1,0 +1,172 @@
+// The simulated CUDA runtime (core/cuda_sim/runtime.cpp) through the cudart API itself, as
+// ember's core/cuda calls it, against what the CUDA runtime documents: memory, copies and
+// poison, the last-error latch, device properties, graph capture (recording, replay,
+// parameters fixed at capture, a side stream joined by an event, the calls a capture refuses)
+// and ember's launch point (ember/cuda/launch.h) in the simulation build. Links no libcudart.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#define EMBER_CUDA_SIM 1
+#include "ember/cuda/launch.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+__global__ void add_scalar(float* x, int n, float v) {
+  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) x[i] += v;
+}
+
+std::vector<float> read(const float* device, int n) {
+  std::vector<float> h(static_cast<size_t>(n));
+  EXPECT_EQ(cudaMemcpyAsync(h.data(), device, size_t(n) * 4, cudaMemcpyDeviceToHost, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  return h;
+}
+
+}  // namespace
+
+TEST(SimRuntime, MemoryCopiesPoisonAndTheLastError) {
+  float* d = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), 64 * 4), cudaSuccess);
+  for (float v : read(d, 64)) EXPECT_TRUE(std::isnan(v)) << "fresh device memory is NaN-poisoned";
+  std::vector<float> h(64, 2.5f);
+  ASSERT_EQ(cudaMemcpyAsync(d, h.data(), 64 * 4, cudaMemcpyHostToDevice, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(d, 0, 16 * 4, nullptr), cudaSuccess);
+  std::vector<float> back = read(d, 64);
+  EXPECT_EQ(back[0], 0.0f);
+  EXPECT_EQ(back[16], 2.5f);
+  cudaPointerAttributes a{};
+  ASSERT_EQ(cudaPointerGetAttributes(&a, d + 10), cudaSuccess);
+  EXPECT_EQ(a.type, cudaMemoryTypeDevice);
+  ASSERT_EQ(cudaPointerGetAttributes(&a, h.data()), cudaSuccess);
+  EXPECT_EQ(a.type, cudaMemoryTypeUnregistered);
+  // A pointer cudaMalloc did not return: an error, latched until read.
+  EXPECT_EQ(cudaFree(h.data()), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaPeekAtLastError(), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  size_t free_bytes = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  EXPECT_EQ(total - free_bytes, size_t(64 * 4));
+  EXPECT_EQ(cudaFree(d), cudaSuccess);
+}
+
+TEST(SimRuntime, AnH100sProperties) {
+  cudaDeviceProp p{};
+  ASSERT_EQ(cudaGetDeviceProperties(&p, 0), cudaSuccess);
+  EXPECT_EQ(p.major, 9);
+  EXPECT_EQ(p.multiProcessorCount, 132);
+  EXPECT_EQ(p.sharedMemPerBlockOptin, size_t(227 * 1024));
+  EXPECT_EQ(cudaGetDeviceProperties(&p, 99), cudaErrorInvalidDevice);
+  (void)cudaGetLastError();
+}
+
+TEST(SimRuntime, LaunchPointRunsKernelsAndLatchesRefusedLaunches) {
+  float* d = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), 100 * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(d, 0, 100 * 4, nullptr), cudaSuccess);
+  ember::cuda::launch_kernel(add_scalar, dim3(2), dim3(64), 0, nullptr, d, 100, 1.5);  // double -> float
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  for (float v : read(d, 100)) EXPECT_EQ(v, 1.5f);
+  ember::cuda::launch_kernel(add_scalar, dim3(1), dim3(2048), 0, nullptr, d, 100, 1.0f);  // 2048 threads
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  for (float v : read(d, 100)) EXPECT_EQ(v, 1.5f) << "a refused launch runs nothing";
+  cudaFree(d);
+}
+
+// Capture records launches and copies; a replay runs them with the parameters of the capture.
+TEST(SimRuntime, CaptureRecordsAndReplays) {
+  float* d = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), 32 * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(d, 0, 32 * 4, nullptr), cudaSuccess);
+  cudaStream_t s = nullptr, side = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  float v = 1.0f;
+  ember::cuda::launch_kernel(add_scalar, dim3(1), dim3(32), 0, s, d, 32, v);
+  v = 100.0f;  // the capture holds the value passed at the launch
+  // A side stream joins by waiting on an event recorded in the capture.
+  cudaEvent_t fork = nullptr, join = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(fork, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(side, fork, 0), cudaSuccess);
+  unsigned long long id_main = 0, id_side = 0;
+  cudaStreamCaptureStatus status{};
+  ASSERT_EQ(cudaStreamGetCaptureInfo(s, &status, &id_main), cudaSuccess);
+  ASSERT_EQ(cudaStreamGetCaptureInfo(side, &status, &id_side), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+  EXPECT_EQ(id_side, id_main);
+  ember::cuda::launch_kernel(add_scalar, dim3(1), dim3(32), 0, side, d, 32, 10.0f);
+  ASSERT_EQ(cudaEventRecord(join, side), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(s, join, 0), cudaSuccess);
+  cudaGraph_t g = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  for (float x : read(d, 32)) EXPECT_EQ(x, 0.0f) << "capture records, it does not run";
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  for (float x : read(d, 32)) EXPECT_EQ(x, 22.0f);  // (1 + 10) twice
+  ASSERT_EQ(cudaStreamGetCaptureInfo(side, &status, &id_side), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone) << "the side stream left the capture with it";
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(g);
+  cudaEventDestroy(fork);
+  cudaEventDestroy(join);
+  cudaStreamDestroy(s);
+  cudaStreamDestroy(side);
+  cudaFree(d);
+}
+
+// What a capture refuses, as the GPU refuses it: a synchronization (which also invalidates the
+// capture) and a cudaMalloc in thread-local mode, allowed once the thread relaxed its mode.
+TEST(SimRuntime, CaptureRefusesSynchronizationAndMalloc) {
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, 256), cudaErrorStreamCaptureUnsupported);
+  (void)cudaGetLastError();
+  cudaGraph_t g = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(g, nullptr);
+  (void)cudaGetLastError();
+
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  ASSERT_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&p, 256), cudaSuccess);
+  ASSERT_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
+  (void)cudaGetLastError();
+  EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+  (void)cudaGetLastError();
+  cudaFree(p);
+  cudaStreamDestroy(s);
+}
+
+// ember's primary_context_active asks the driver through the runtime's entry points: a device
+// counts as touched once this process used it.
+TEST(SimRuntime, PrimaryContextStateThroughTheDriverEntryPoints) {
+  void* get = nullptr;
+  void* state = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  ASSERT_EQ(cudaGetDriverEntryPointByVersion("cuDeviceGet", &get, 12000, cudaEnableDefault, &q), cudaSuccess);
+  ASSERT_EQ(cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &state, 12000, cudaEnableDefault, &q),
+            cudaSuccess);
+  CUdevice dev{};
+  ASSERT_EQ(reinterpret_cast<CUresult (*)(CUdevice*, int)>(get)(&dev, 0), CUDA_SUCCESS);
+  unsigned flags = 0;
+  int active = 0;
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(reinterpret_cast<CUresult (*)(CUdevice, unsigned*, int*)>(state)(dev, &flags, &active), CUDA_SUCCESS);
+  EXPECT_EQ(active, 1);
+}
