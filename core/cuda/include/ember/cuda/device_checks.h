@@ -52,7 +52,7 @@ struct FaultSite {
   unsigned long long op = 0;
   long long a = 0, b = 0, c = 0;
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(EMBER_CUDA_SIM)  // device code: nvcc, or the CUDA simulation
   // Called by a thread that met a bad value; any number of threads may call it.
   __device__ __forceinline__ void report(long long value) const {
     if (atomicCAS(&record->claimed, 0ull, 1ull) == 0ull) {

@@ -38,6 +38,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -177,6 +178,8 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dynamic_sha
 
 #undef __shared__
 #define __shared__ thread_local
+#undef __launch_bounds__
+#define __launch_bounds__(...)
 #undef threadIdx
 #undef blockIdx
 #undef blockDim
@@ -256,6 +259,7 @@ inline T atomicCAS(T* p, T compare, T v) {
 }
 inline void __threadfence() {}
 inline void __threadfence_block() {}
+inline void __threadfence_system() {}
 template <class T>
 inline T __ldg(const T* p) {
   return *p;
@@ -271,3 +275,23 @@ inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
 inline int __clz(int v) { return v == 0 ? 32 : __builtin_clz(unsigned(v)); }
 inline int __ffs(int v) { return __builtin_ffs(v); }
 inline int __ffsll(long long v) { return __builtin_ffsll(v); }
+
+// The device math library's unqualified names (min/max over mixed integer widths, the
+// classification functions) that device code calls without std::.
+template <class A, class B>
+inline constexpr std::common_type_t<A, B> min(A a, B b) {
+  return b < a ? b : a;
+}
+template <class A, class B>
+inline constexpr std::common_type_t<A, B> max(A a, B b) {
+  return a < b ? b : a;
+}
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+
+// cuda_runtime.h's typed overload (nvcc only): the kernel's address as the runtime's key.
+template <class... Params>
+inline cudaError_t cudaFuncSetAttribute(void (*kernel)(Params...), cudaFuncAttribute attr, int value) {
+  return cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), attr, value);
+}
