@@ -8,11 +8,19 @@
 
 #define EMBER_CUDA_SIM 1
 #include "ember/cuda/launch.h"
+// The simulation's CUB (core/cuda_sim/shim), as ops/cuda includes it.
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+#include <cub/device/device_segmented_radix_sort.cuh>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <numeric>
+#include <random>
 #include <vector>
 
 namespace {
@@ -169,4 +177,70 @@ TEST(SimRuntime, PrimaryContextStateThroughTheDriverEntryPoints) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   ASSERT_EQ(reinterpret_cast<CUresult (*)(CUdevice, unsigned*, int*)>(state)(dev, &flags, &active), CUDA_SUCCESS);
   EXPECT_EQ(active, 1);
+}
+
+// The CUB algorithms ember calls: the two-call protocol, stable radix sorts over the key bits
+// only (plain and segmented, ascending and descending), scans in place, stream order under
+// capture (offsets read when the work runs). Against std::stable_sort and std::partial_sum.
+TEST(SimCub, SortsAndScansKeepCubsContract) {
+  std::mt19937_64 rng(5);
+  const int n = 1000;
+  std::vector<uint64_t> keys(n);
+  for (auto& k : keys) k = rng() % 4096 + (rng() % 4 << 20);  // bits above end_bit = 12 must not matter
+  std::vector<int64_t> pos(n);
+  std::iota(pos.begin(), pos.end(), 0);
+  std::vector<uint64_t> kout(n);
+  std::vector<int64_t> pout(n);
+  size_t bytes = 0;
+  ASSERT_EQ(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys.data(), kout.data(), pos.data(), pout.data(), n, 0,
+                                            12, nullptr),
+            cudaSuccess);
+  EXPECT_GE(bytes, size_t(1));
+  EXPECT_EQ(pout[0], 0) << "the size query does no work";
+  std::vector<char> temp(bytes);
+  ASSERT_EQ(cub::DeviceRadixSort::SortPairs(temp.data(), bytes, keys.data(), kout.data(), pos.data(), pout.data(), n,
+                                            0, 12, nullptr),
+            cudaSuccess);
+  std::vector<int64_t> want(n);
+  std::iota(want.begin(), want.end(), 0);
+  std::stable_sort(want.begin(), want.end(), [&](int64_t a, int64_t b) { return (keys[a] & 4095) < (keys[b] & 4095); });
+  EXPECT_EQ(pout, want);
+
+  // Segmented, descending, on unsigned 32-bit keys; offsets [0, 300, 300, 1000).
+  std::vector<uint32_t> k32(n), k32out(n);
+  for (auto& k : k32) k = uint32_t(rng() % 50);
+  std::vector<int> offsets = {0, 300, 300, 1000};
+  ASSERT_EQ(cub::DeviceSegmentedRadixSort::SortPairsDescending(temp.data(), bytes, k32.data(), k32out.data(),
+                                                              pos.data(), pout.data(), n, 3, offsets.data(),
+                                                              offsets.data() + 1, 0, 32, nullptr),
+            cudaSuccess);
+  for (int s = 0; s < 3; ++s) {
+    std::vector<int64_t> seg;
+    for (int i = offsets[s]; i < offsets[s + 1]; ++i) seg.push_back(i);
+    std::stable_sort(seg.begin(), seg.end(), [&](int64_t a, int64_t b) { return k32[size_t(b)] < k32[size_t(a)]; });
+    for (size_t i = 0; i < seg.size(); ++i) EXPECT_EQ(pout[size_t(offsets[s]) + i], seg[i]) << "segment " << s;
+  }
+
+  // Scans, in place, recorded under capture and run by the replay.
+  std::vector<int64_t> x(n, 0), inclusive(n), exclusive(n);
+  for (auto& v : x) v = int64_t(rng() % 7);
+  std::partial_sum(x.begin(), x.end(), inclusive.begin());
+  std::exclusive_scan(x.begin(), x.end(), exclusive.begin(), int64_t(0));
+  std::vector<int64_t> a = x, b = x;
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cub::DeviceScan::InclusiveSum(temp.data(), bytes, a.data(), a.data(), n, s), cudaSuccess);
+  ASSERT_EQ(cub::DeviceScan::ExclusiveSum(temp.data(), bytes, b.data(), b.data(), int64_t(n), s), cudaSuccess);
+  EXPECT_EQ(a, x) << "recorded, not run";
+  cudaGraph_t g = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  EXPECT_EQ(a, inclusive);
+  EXPECT_EQ(b, exclusive);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
 }

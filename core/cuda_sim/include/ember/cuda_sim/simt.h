@@ -270,6 +270,10 @@ inline float __uint_as_float(unsigned v) { return ::ember::cuda::sim::detail::fr
 inline unsigned __float_as_uint(float v) { return unsigned(::ember::cuda::sim::detail::to_bits(v)); }
 inline float __int_as_float(int v) { return ::ember::cuda::sim::detail::from_bits<float>(unsigned(v)); }
 inline int __float_as_int(float v) { return int(unsigned(::ember::cuda::sim::detail::to_bits(v))); }
+inline long long __double_as_longlong(double v) { return (long long)::ember::cuda::sim::detail::to_bits(v); }
+inline double __longlong_as_double(long long v) {
+  return ::ember::cuda::sim::detail::from_bits<double>((unsigned long long)v);
+}
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
 inline int __clz(int v) { return v == 0 ? 32 : __builtin_clz(unsigned(v)); }
