@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kRows * 32)
                                  int64_t qblocks, bool causal, compute_t<S> scale,
                                  Extras<compute_t<S>> ex) {
   using C = compute_t<S>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  EMBER_DYNAMIC_SHARED_MEMORY(smem_raw);
   C* qs = reinterpret_cast<C*>(smem_raw);
   C* ks = qs + kRows * D;
   C* vs = ks + kTile * (D + 1);
@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(kRows * 32)
                               int64_t Tk, int D, int64_t kblocks, bool causal,
                               compute_t<S> scale, Extras<compute_t<S>> ex) {
   using C = compute_t<S>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  EMBER_DYNAMIC_SHARED_MEMORY(smem_raw);
   C* krow = reinterpret_cast<C*>(smem_raw);  // [kRows][D]
   C* vrow = krow + kRows * D;                // [kRows][D]
   C* qs = vrow + kRows * D;                  // [kTile][D+1]
@@ -338,7 +338,7 @@ __global__ void __launch_bounds__(kRows * 32, (NPL >= 8 || std::is_same_v<S, dou
                             RowStrides sdq, int64_t Tq, int64_t Tk, int D, int64_t qblocks,
                             bool causal, compute_t<S> scale, Extras<compute_t<S>> ex) {
   using C = compute_t<S>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  EMBER_DYNAMIC_SHARED_MEMORY(smem_raw);
   C* qrow = reinterpret_cast<C*>(smem_raw);  // [kRows][D]
   C* grow = qrow + kRows * D;                // [kRows][D]
   C* ks = grow + kRows * D;                  // [kTile][D+1]

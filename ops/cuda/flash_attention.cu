@@ -340,7 +340,7 @@ __device__ __forceinline__ void gemm_xb(float (&acc)[D / 8][4], const float (&x)
 template <class S, int D>
 __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FwdParams p) {
   using T = Tile<D>;
-  extern __shared__ __align__(16) unsigned char smem[];
+  EMBER_DYNAMIC_SHARED_MEMORY(smem);
   uint16_t* qs = reinterpret_cast<uint16_t*>(smem);
   uint16_t* ks = qs + T::elems;      // [2] tiles
   uint16_t* vs = ks + 2 * T::elems;  // [2] tiles
@@ -488,7 +488,7 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dkdv_kernel(const BwdParam
   // D = 128: the query tile in two halves of 32, so S^T and dP^T take 32 registers, not 64
   // (with dK and dV's 128 the whole tile would spill).
   constexpr int kHalves = D == 128 ? 2 : 1, NT = 8 / kHalves;
-  extern __shared__ __align__(16) unsigned char smem[];
+  EMBER_DYNAMIC_SHARED_MEMORY(smem);
   uint16_t* ks = reinterpret_cast<uint16_t*>(smem);
   uint16_t* vs = ks + T::elems;
   uint16_t* qs = vs + T::elems;      // [2] tiles
@@ -615,7 +615,7 @@ template <class S, int D>
 __global__ void __launch_bounds__(kThreads) flash_bwd_dq_kernel(const BwdParams p) {
   using T = Tile<D>;
   constexpr bool kCacheA = D == 64;  // Q, dO fragments in registers
-  extern __shared__ __align__(16) unsigned char smem[];
+  EMBER_DYNAMIC_SHARED_MEMORY(smem);
   uint16_t* qs = reinterpret_cast<uint16_t*>(smem);
   uint16_t* gs = qs + T::elems;
   uint16_t* ks = gs + T::elems;      // [2] tiles

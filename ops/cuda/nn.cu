@@ -163,7 +163,7 @@ __global__ void softmax_fwd_kernel(const S* x, S* y, RowIndexer xi, RowIndexer y
                                    int64_t K, int64_t xstep, int64_t ystep, bool log,
                                    int64_t cache_len) {
   using C = compute_t<S>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  EMBER_DYNAMIC_SHARED_MEMORY(smem_raw);
   const RowSmem<MaxSum<C>, C> sm = row_smem<MaxSum<C>, C>(smem_raw, cache_len);
   const int64_t row = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool valid = row < rows;
@@ -211,7 +211,7 @@ __global__ void softmax_bwd_kernel(const S* g, const S* y, S* dx, RowIndexer gi,
                                    RowIndexer di, int64_t rows, int64_t K, int64_t gstep,
                                    int64_t ystep, int64_t dstep, bool log, int64_t cache_len) {
   using C = compute_t<S>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  EMBER_DYNAMIC_SHARED_MEMORY(smem_raw);
   const RowSmem<C, C> sm = row_smem<C, C>(smem_raw, 2 * cache_len);  // g then y
   const int64_t row = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool valid = row < rows;
@@ -335,7 +335,7 @@ __global__ void cross_entropy_fwd_kernel(const S* logits, int64_t n, int64_t cla
                                          compute_t<S> eps, compute_t<S> keep,
                                          unsigned long long* bad_row, int64_t cache_len) {
   using C = compute_t<S>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  EMBER_DYNAMIC_SHARED_MEMORY(smem_raw);
   const RowSmem<MaxSum<C>, C> sm = row_smem<MaxSum<C>, C>(smem_raw, cache_len);
   const int64_t i = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool valid = i < n;
@@ -538,7 +538,7 @@ __global__ void layer_norm_fwd_kernel(const S* x, const D* delta, const S* weigh
                                       int64_t rows, int64_t cols, acc_t<S> eps, int64_t cache_len) {
   using C = compute_t<S>;
   using A = acc_t<S>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  EMBER_DYNAMIC_SHARED_MEMORY(smem_raw);
   const RowSmem<A, C> sm = row_smem<A, C>(smem_raw, cache_len);
   const int64_t r = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool valid = r < rows;

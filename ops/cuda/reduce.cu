@@ -198,7 +198,7 @@ template <class S, class Op>
 __global__ void reduce_rows_kernel(Op op, const S* x, int64_t O, int64_t os, int64_t R, int64_t rs,
                                    int64_t seg_len, int64_t nseg, typename Op::Acc* partial) {
   using Acc = typename Op::Acc;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  EMBER_DYNAMIC_SHARED_MEMORY(smem_raw);
   Acc* smem = reinterpret_cast<Acc*>(smem_raw);
   const int64_t item = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const bool valid = item < O * nseg;
@@ -224,7 +224,7 @@ __global__ void reduce_cols_kernel(Op op, const S* x, int64_t O, int64_t os, int
                                    int64_t K, int64_t ks, int64_t seg_rows, int64_t nseg,
                                    typename Op::Acc* partial) {
   using Acc = typename Op::Acc;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  EMBER_DYNAMIC_SHARED_MEMORY(smem_raw);
   Acc* smem = reinterpret_cast<Acc*>(smem_raw);  // [by][bx]
   const int64_t kblocks = ceil_div(K, blockDim.x);
   const int64_t b = blockIdx.x;

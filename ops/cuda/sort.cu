@@ -73,7 +73,7 @@ __global__ void bitonic_rows_kernel(const S* __restrict__ x, int64_t rows, int64
                                     int n_pad, int k, bool descending, S* __restrict__ values,
                                     int64_t* __restrict__ indices) {
   using U = key_t<S>;
-  extern __shared__ __align__(16) unsigned char smem[];
+  EMBER_DYNAMIC_SHARED_MEMORY(smem);
   U* keys = reinterpret_cast<U*>(smem);
   int* idx = reinterpret_cast<int*>(keys + n_pad);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {

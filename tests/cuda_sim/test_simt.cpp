@@ -7,7 +7,9 @@
 
 #include "ember/cuda_sim/simt.h"
 // After the layer: device code sees its threadIdx, barriers and shuffles.
+#define EMBER_CUDA_SIM 1
 #include "../../ops/cuda/reduce_utils.cuh"
+#include "ember/cuda/launch.h"  // EMBER_DYNAMIC_SHARED_MEMORY
 
 #include <gtest/gtest.h>
 
@@ -109,7 +111,8 @@ __global__ void different_collectives(int* out) {
   else out[threadIdx.x] = int(__ballot_sync(0xffffffffu, 1));
 }
 __global__ void uses_dynamic_shared(int* out) {
-  int* s = reinterpret_cast<int*>(sim::dynamic_shared_memory());
+  EMBER_DYNAMIC_SHARED_MEMORY(smem);  // as ember's kernels declare it
+  int* s = reinterpret_cast<int*>(smem);
   s[threadIdx.x] = int(threadIdx.x);
   __syncthreads();
   out[threadIdx.x] = s[blockDim.x - 1 - threadIdx.x];

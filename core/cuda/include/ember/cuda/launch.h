@@ -5,7 +5,8 @@
 // checks it. Only code in core/cuda and ops/cuda includes this header.
 //
 // The arguments convert to the kernel's parameter types as in a call; a failed launch is
-// reported by the EMBER_CUDA_CHECK_LAUNCH that follows every launch.
+// reported by the EMBER_CUDA_CHECK_LAUNCH that follows every launch. Kernels declare their
+// dynamic shared memory with EMBER_DYNAMIC_SHARED_MEMORY for the same reason.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,6 +16,15 @@
 
 #ifdef EMBER_CUDA_SIM
 #include "ember/cuda_sim/simt.h"
+#endif
+
+// Declares `name`, the running block's dynamic shared memory (the bytes the launch asked for),
+// as a 16-byte-aligned unsigned char array: `extern __shared__` on the GPU, the simulation's
+// per-launch buffer in a simulation build (host C++ has no extern shared arrays).
+#ifdef EMBER_CUDA_SIM
+#define EMBER_DYNAMIC_SHARED_MEMORY(name) unsigned char* const name = ::ember::cuda::sim::dynamic_shared_memory()
+#else
+#define EMBER_DYNAMIC_SHARED_MEMORY(name) extern __shared__ __align__(16) unsigned char name[]
 #endif
 
 namespace ember::cuda {

@@ -14,9 +14,10 @@
 // - __shared__ storage is thread_local static storage: one instance per kernel function
 //   (instantiation), seen by every fiber of the block, reused by the next block (blocks never
 //   overlap). Dynamic shared memory is one buffer per launch, dynamic_shared_memory(), filled
-//   with 0xFF bytes (NaN in every float type) before each block. (Kernels that declare it with
-//   `extern __shared__` reach it once the launch point of the next step rewrites nothing but
-//   that declaration.)
+//   with 0xFF bytes (NaN in every float type) before each block; ember's kernels declare it
+//   with EMBER_DYNAMIC_SHARED_MEMORY (ember/cuda/launch.h), `extern __shared__` on the GPU.
+//   Static __shared__ arrays keep what the previous block left (the GPU's are undefined): a
+//   read before any write in a block is not flagged there yet.
 // - A barrier releases when every thread of the block waits at it. A thread that exited
 //   before a barrier the others wait at is an error (strict, the default): ember's kernels
 //   keep out-of-range threads alive to the last barrier (Note in ops/cuda/reduce_utils.cuh).
