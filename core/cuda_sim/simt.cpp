@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <cstring>
+#include <iterator>
 #include <cstdlib>
 #include <exception>
 #include <memory>
@@ -70,7 +73,16 @@ struct Fiber {
   unsigned mask = 0;
   int arg = 0, width = 32;
   uint64_t in = 0, out = 0;
+  uint32_t regs_in[11] = {}, regs_out[4] = {};  // ldmatrix / mma operands and results
   const char* where = "";
+  // cp.async: copies issued and not yet committed, then committed groups, oldest first.
+  struct Copy {
+    unsigned char* dst;
+    const unsigned char* src;
+    int bytes, src_bytes;
+  };
+  std::vector<Copy> uncommitted;
+  std::vector<std::vector<Copy>> groups;
 };
 
 struct BlockRun {
@@ -146,6 +158,9 @@ void fiber_main() {
   switch_done(nullptr, &b->scheduler_stack, &b->scheduler_stack_bytes);
   try {
     b->body(b->closure);
+    const Fiber& me = b->fibers[size_t(b->current)];
+    if (!me.uncommitted.empty() || !me.groups.empty())
+      fail("thread " + std::to_string(me.linear) + " exited with cp.async copies it never waited for");
   } catch (...) {
     b->error = std::current_exception();  // rethrown by the scheduler, on its own stack
   }
@@ -153,6 +168,83 @@ void fiber_main() {
   f.state = State::exited;
   switch_starts(nullptr, b->scheduler_stack, b->scheduler_stack_bytes);  // this stack is done
   swapcontext(&f.context, &b->scheduler);
+}
+
+// ---- tensor-core fragments (PTX ISA, "Matrix fragments for mma.m16n8k16", "ldmatrix")
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0x1f) bits = sign | 0x7f800000u | (man << 13);  // inf, NaN
+  else if (exp != 0) bits = sign | ((exp + 112) << 23) | (man << 13);
+  else if (man == 0) bits = sign;
+  else {  // subnormal: normalize
+    int e = -1;
+    uint32_t m = man;
+    while (!(m & 0x400)) m <<= 1, --e;
+    bits = sign | (uint32_t(e + 1 + 112) << 23) | ((m & 0x3ff) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+float b16_to_float(uint16_t v, bool bf16) {
+  if (!bf16) return half_to_float(v);
+  const uint32_t bits = uint32_t(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+void ldmatrix_resolve(Fiber* const (&lane)[32]) {
+  const bool trans = lane[0]->regs_in[1] != 0;
+  for (int l = 0; l < 32; ++l)
+    if ((lane[l]->regs_in[1] != 0) != trans) fail("ldmatrix: lanes disagree on .trans");
+  uint16_t m[4][8][8];  // matrix, row, column
+  for (int mat = 0; mat < 4; ++mat)
+    for (int r = 0; r < 8; ++r) {
+      const uint32_t address = lane[mat * 8 + r]->regs_in[0];
+      if (address % 16 != 0) fail("ldmatrix: row address " + std::to_string(address) + " is not 16-byte aligned");
+      std::memcpy(m[mat][r], shared_pointer(address, 16), 16);
+    }
+  for (int l = 0; l < 32; ++l)
+    for (int mat = 0; mat < 4; ++mat) {
+      const int r = l / 4, c = 2 * (l % 4);
+      const uint16_t lo = trans ? m[mat][c][r] : m[mat][r][c], hi = trans ? m[mat][c + 1][r] : m[mat][r][c + 1];
+      lane[l]->regs_out[mat] = uint32_t(lo) | (uint32_t(hi) << 16);
+    }
+}
+
+void mma_resolve(Fiber* const (&lane)[32]) {
+  const bool bf16 = lane[0]->regs_in[10] != 0;
+  for (int l = 0; l < 32; ++l)
+    if ((lane[l]->regs_in[10] != 0) != bf16) fail("mma.sync: lanes disagree on the operand type");
+  float a[16][16], b[16][8], c[16][8];
+  auto lo = [](uint32_t r) { return uint16_t(r & 0xffff); };
+  auto hi = [](uint32_t r) { return uint16_t(r >> 16); };
+  for (int l = 0; l < 32; ++l) {
+    const Fiber& f = *lane[l];
+    const int g = l >> 2, t = l & 3;
+    const uint32_t* ar = f.regs_in;  // a0..a3, b0, b1, c0..c3 (as bits), the type
+    a[g][2 * t] = b16_to_float(lo(ar[0]), bf16), a[g][2 * t + 1] = b16_to_float(hi(ar[0]), bf16);
+    a[g + 8][2 * t] = b16_to_float(lo(ar[1]), bf16), a[g + 8][2 * t + 1] = b16_to_float(hi(ar[1]), bf16);
+    a[g][2 * t + 8] = b16_to_float(lo(ar[2]), bf16), a[g][2 * t + 9] = b16_to_float(hi(ar[2]), bf16);
+    a[g + 8][2 * t + 8] = b16_to_float(lo(ar[3]), bf16), a[g + 8][2 * t + 9] = b16_to_float(hi(ar[3]), bf16);
+    b[2 * t][g] = b16_to_float(lo(ar[4]), bf16), b[2 * t + 1][g] = b16_to_float(hi(ar[4]), bf16);
+    b[2 * t + 8][g] = b16_to_float(lo(ar[5]), bf16), b[2 * t + 9][g] = b16_to_float(hi(ar[5]), bf16);
+    float cv[4];
+    std::memcpy(cv, ar + 6, 16);
+    c[g][2 * t] = cv[0], c[g][2 * t + 1] = cv[1], c[g + 8][2 * t] = cv[2], c[g + 8][2 * t + 1] = cv[3];
+  }
+  for (int l = 0; l < 32; ++l) {
+    const int g = l >> 2, t = l & 3;
+    const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+    for (int i = 0; i < 4; ++i) {
+      float d = c[rows[i]][cols[i]];
+      for (int k = 0; k < 16; ++k) d += a[rows[i]][k] * b[k][cols[i]];  // exact products, f32 sums
+      std::memcpy(&lane[l]->regs_out[i], &d, 4);
+    }
+  }
 }
 
 // The lanes of one warp named by `mask` all wait at a collective: check that it is one
@@ -167,6 +259,13 @@ void release_collective(BlockRun& b, int warp, unsigned mask) {
       fail(std::string("warp ") + std::to_string(warp) + ": lane " + std::to_string(first.linear % 32) + " at " +
            first.where + " and lane " + std::to_string(i) + " at " + lane[i]->where +
            " meet at different collectives or masks" + describe(b));
+  if (first.op == detail::Collective::ldmatrix || first.op == detail::Collective::mma) {
+    if (mask != 0xffffffffu) fail(std::string(first.where) + " needs the whole warp (mask 0xffffffff)");
+    if (first.op == detail::Collective::ldmatrix) ldmatrix_resolve(lane);
+    else mma_resolve(lane);
+    for (Fiber* f : lane) f->state = State::runnable;
+    return;
+  }
   uint64_t ballot = 0;
   for (int i = 0; i < 32; ++i)
     if (lane[i] && lane[i]->in) ballot |= uint64_t(1) << i;
@@ -191,6 +290,8 @@ void release_collective(BlockRun& b, int warp, unsigned mask) {
         f->out = same;
         break;
       }
+      case detail::Collective::ldmatrix:
+      case detail::Collective::mma: break;  // resolved above
     }
     const bool shuffle = f->op == detail::Collective::shfl_idx || f->op == detail::Collective::shfl_up ||
                          f->op == detail::Collective::shfl_down || f->op == detail::Collective::shfl_xor;
@@ -354,6 +455,22 @@ uint64_t warp_collective(Collective op, unsigned mask, uint64_t value, int arg, 
   return f.out;
 }
 
+// A warp-wide matrix instruction: this lane's registers in, its result registers out.
+void warp_registers(Collective op, const uint32_t* in, int n, uint32_t (&out)[4], const char* where) {
+  BlockRun* b = t_block;
+  if (b == nullptr) fail(std::string(where) + " outside a kernel");
+  Fiber& f = b->fibers[size_t(b->current)];
+  std::copy(in, in + n, f.regs_in);
+  f.op = op;
+  f.mask = 0xffffffffu;
+  f.width = 32;
+  f.where = where;
+  f.state = State::at_collective;
+  suspend();
+  t_thread_idx = f.tid;
+  std::copy(std::begin(f.regs_out), std::end(f.regs_out), out);
+}
+
 void sync_threads(const char* where) {
   BlockRun* b = t_block;
   if (b == nullptr) fail(std::string(where) + " outside a kernel");
@@ -427,10 +544,12 @@ void run_grid(dim3 grid, dim3 block, size_t dynamic_shared, Body body, void* clo
   t_block_dim = block;
   t_grid_dim = grid;
   t_dynamic_shared = shared.data();
+  t_dynamic_shared_bytes = dynamic_shared;
   struct Reset {
     ~Reset() {
       t_block = nullptr;
       t_dynamic_shared = nullptr;
+      t_dynamic_shared_bytes = 0;
     }
   } reset;
   uint64_t block_linear = 0;
@@ -448,4 +567,68 @@ void run_grid(dim3 grid, dim3 block, size_t dynamic_shared, Body body, void* clo
 }
 
 }  // namespace detail
+
+uint32_t shared_address(const void* p) {
+  const auto* base = detail::t_dynamic_shared;
+  const auto* q = static_cast<const unsigned char*>(p);
+  if (base == nullptr || q < base || q >= base + detail::t_dynamic_shared_bytes)
+    fail("a shared-memory address outside the block's dynamic shared memory");
+  return uint32_t(q - base);
+}
+
+void* shared_pointer(uint32_t address, size_t bytes) {
+  if (detail::t_dynamic_shared == nullptr || size_t(address) + bytes > detail::t_dynamic_shared_bytes)
+    fail("shared address " + std::to_string(address) + " + " + std::to_string(bytes) +
+         " bytes is beyond the block's " + std::to_string(detail::t_dynamic_shared_bytes) + " bytes");
+  return detail::t_dynamic_shared + address;
+}
+
+void cp_async(uint32_t dst, const void* src, int bytes, int src_bytes) {
+  BlockRun* b = t_block;
+  if (b == nullptr) fail("cp.async outside a kernel");
+  if (dst % unsigned(bytes) != 0) fail("cp.async: destination " + std::to_string(dst) + " is not aligned");
+  auto* d = static_cast<unsigned char*>(shared_pointer(dst, size_t(bytes)));
+  std::memset(d, 0xFF, size_t(bytes));  // NaN until the wait completes the copy
+  b->fibers[size_t(b->current)].uncommitted.push_back({d, static_cast<const unsigned char*>(src), bytes, src_bytes});
+}
+
+void cp_async_commit() {
+  BlockRun* b = t_block;
+  if (b == nullptr) fail("cp.async.commit_group outside a kernel");
+  Fiber& f = b->fibers[size_t(b->current)];
+  f.groups.push_back(std::move(f.uncommitted));
+  f.uncommitted.clear();
+}
+
+void cp_async_wait(int pending_groups_allowed) {
+  BlockRun* b = t_block;
+  if (b == nullptr) fail("cp.async.wait_group outside a kernel");
+  Fiber& f = b->fibers[size_t(b->current)];
+  while (int(f.groups.size()) > pending_groups_allowed) {
+    for (const auto& c : f.groups.front()) {
+      std::memcpy(c.dst, c.src, size_t(c.src_bytes));
+      std::memset(c.dst + c.src_bytes, 0, size_t(c.bytes - c.src_bytes));
+    }
+    f.groups.erase(f.groups.begin());
+  }
+}
+
+void ldmatrix_x4(uint32_t (&r)[4], uint32_t address, bool trans) {
+  const uint32_t in[2] = {address, trans ? 1u : 0u};
+  detail::warp_registers(detail::Collective::ldmatrix, in, 2, r, trans ? "ldmatrix.x4.trans" : "ldmatrix.x4");
+}
+
+void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf16) {
+  uint32_t in[11] = {a[0], a[1], a[2], a[3], b0, b1, 0, 0, 0, 0, bf16 ? 1u : 0u};
+  std::memcpy(in + 6, c, 16);
+  uint32_t out[4];
+  detail::warp_registers(detail::Collective::mma, in, 11, out, "mma.sync.m16n8k16");
+  std::memcpy(c, out, 16);
+}
+
+float ex2_approx_ftz(float x) {
+  const float y = std::exp2(x);
+  return std::fpclassify(y) == FP_SUBNORMAL ? 0.0f : y;
+}
+
 }  // namespace ember::cuda::sim

@@ -109,6 +109,28 @@ struct BwdParams {
 
 // ------------------------------------------------------------------ PTX wrappers
 
+#ifdef EMBER_CUDA_SIM  // the CUDA simulation emulates each instruction (ember/cuda_sim/simt.h)
+namespace sim = ::ember::cuda::sim;
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return sim::shared_address(p); }
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  sim::cp_async(dst, src, 16, valid ? 16 : 0);
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
+  sim::cp_async(dst, src, 4, valid ? 4 : 0);
+}
+__device__ __forceinline__ void cp_async_commit() { sim::cp_async_commit(); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  sim::cp_async_wait(N);
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) { sim::ldmatrix_x4(r, addr, false); }
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) { sim::ldmatrix_x4(r, addr, true); }
+template <class S>
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  sim::mma_m16n8k16(c, a, b0, b1, !std::is_same_v<S, Half>);
+}
+__device__ __forceinline__ float exp2_fast(float x) { return sim::ex2_approx_ftz(x); }
+#else
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return uint32_t(__cvta_generic_to_shared(p));
 }
@@ -169,6 +191,7 @@ __device__ __forceinline__ float exp2_fast(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
+#endif  // EMBER_CUDA_SIM
 
 // Two floats rounded to nearest even, `lo` in the low 16 bits (the lower column).
 template <class S>

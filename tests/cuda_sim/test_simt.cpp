@@ -148,7 +148,93 @@ double host_row_reduce(const std::vector<double>& row, int threads) {
   return tree(warps, threads / 32);
 }
 
+// One warp: A [16 x 16], B^T [16 (n) x 16 (k)] and B [16 (k) x 16 (n)] (16-bit, row-major)
+// into shared rows of 24 elements by cp.async, fragments by ldmatrix (B through both the plain
+// and the .trans form), two mma.m16n8k16 per form: D = A B [16 x 16] twice.
+__global__ void mma_tiles(const uint16_t* a, const uint16_t* bt, const uint16_t* b, float* d_plain, float* d_trans,
+                          bool bf16) {
+  EMBER_DYNAMIC_SHARED_MEMORY(smem);
+  constexpr int pitch = 24;  // elements: 48-byte rows, 16-byte aligned
+  const int lane = int(threadIdx.x);
+  const uint32_t base = sim::shared_address(smem);
+  const uint16_t* src[3] = {a, bt, b};
+  for (int chunk = lane; chunk < 3 * 16 * 2; chunk += 32) {  // 16-byte chunks: matrix, row, half
+    const int m = chunk / 32, row = chunk % 32 / 2, half = chunk % 2;
+    sim::cp_async(base + uint32_t(((m * 16 + row) * pitch + half * 8) * 2), src[m] + row * 16 + half * 8, 16, 16);
+  }
+  sim::cp_async_commit();
+  sim::cp_async_wait(0);
+  __syncwarp();
+  auto address = [&](int m, int row, int col) { return base + uint32_t(((m * 16 + row) * pitch + col) * 2); };
+  const int mat = lane / 8, r = lane % 8;
+  uint32_t fa[4], fb[4], fbt[4];
+  sim::ldmatrix_x4(fa, address(0, (mat % 2) * 8 + r, (mat / 2) * 8), false);
+  sim::ldmatrix_x4(fb, address(1, (mat / 2) * 8 + r, (mat % 2) * 8), false);  // from B^T
+  sim::ldmatrix_x4(fbt, address(2, (mat % 2) * 8 + r, (mat / 2) * 8), true);  // from B
+  const int g = lane >> 2, t = lane & 3;
+  for (int nt = 0; nt < 2; ++nt) {
+    float c[4] = {0, 0, 0, 0}, ct[4] = {0, 0, 0, 0};
+    sim::mma_m16n8k16(c, fa, fb[2 * nt], fb[2 * nt + 1], bf16);
+    sim::mma_m16n8k16(ct, fa, fbt[2 * nt], fbt[2 * nt + 1], bf16);
+    const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+    for (int i = 0; i < 4; ++i) {
+      d_plain[rows[i] * 16 + nt * 8 + cols[i]] = c[i];
+      d_trans[rows[i] * 16 + nt * 8 + cols[i]] = ct[i];
+    }
+  }
+}
+
+__global__ void cp_async_never_waited(const float* src) {
+  EMBER_DYNAMIC_SHARED_MEMORY(smem);
+  sim::cp_async(sim::shared_address(smem) + 16 * threadIdx.x, src, 16, 16);
+  sim::cp_async_commit();
+}
+
 }  // namespace
+
+// The emulated tensor-core path (PTX ISA fragment layouts of ldmatrix and mma.m16n8k16)
+// against a host matrix product of the same 16-bit values: bit for bit (exact products, f32
+// sums in k order), in bf16 and f16, with B's fragments from both ldmatrix forms.
+TEST(SimtPtx, LdmatrixAndMmaComputeTheMatrixProduct) {
+  std::mt19937 rng(9);
+  for (bool bf16 : {true, false}) {
+    std::vector<uint16_t> a(256), bt(256), b(256);
+    std::vector<float> af(256), bf(256);
+    for (int i = 0; i < 256; ++i) {
+      // Small integers and halves: exact in both formats.
+      const float va = float(int(rng() % 17) - 8) * 0.5f, vb = float(int(rng() % 13) - 6) * 0.25f;
+      af[size_t(i)] = va;
+      bf[size_t(i)] = vb;  // B[k][n] at k * 16 + n
+    }
+    auto to16 = [&](float v) -> uint16_t {
+      if (bf16) return uint16_t(ember::cuda::sim::detail::to_bits(v) >> 16);
+      return ember::Half(v).bits;
+    };
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 16; ++j) {
+        a[size_t(i * 16 + j)] = to16(af[size_t(i * 16 + j)]);
+        b[size_t(i * 16 + j)] = to16(bf[size_t(i * 16 + j)]);
+        bt[size_t(j * 16 + i)] = to16(bf[size_t(i * 16 + j)]);
+      }
+    std::vector<float> plain(256, -1), trans(256, -1);
+    sim::launch(mma_tiles, dim3(1), dim3(32), 3 * 16 * 24 * 2, nullptr, a.data(), bt.data(), b.data(), plain.data(),
+                trans.data(), bf16);
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 16; ++j) {
+        float want = 0;
+        for (int k = 0; k < 16; ++k) want += af[size_t(i * 16 + k)] * bf[size_t(k * 16 + j)];
+        EXPECT_EQ(plain[size_t(i * 16 + j)], want) << (bf16 ? "bf16" : "f16") << " D[" << i << "][" << j << "]";
+        EXPECT_EQ(trans[size_t(i * 16 + j)], want) << (bf16 ? "bf16" : "f16") << " D[" << i << "][" << j << "], .trans";
+      }
+  }
+}
+
+TEST(SimtPtx, CpAsyncNeverWaitedForIsAnError) {
+  std::vector<float> src(4, 1.0f);
+  EXPECT_NE(sim_error([&] { sim::launch(cp_async_never_waited, dim3(1), dim3(2), 64, nullptr, src.data()); })
+                .find("never waited for"),
+            std::string::npos);
+}
 
 TEST(Simt, IndicesOfEveryThreadAndBlock) {
   const dim3 grid(3, 2), block(4, 3, 2);

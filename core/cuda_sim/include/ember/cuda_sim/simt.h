@@ -93,6 +93,29 @@ inline unsigned char* dynamic_shared_memory();
 // What cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) does.
 void set_max_dynamic_shared_memory(const void* kernel, size_t bytes);
 
+// ---- PTX instructions ember's kernels use, emulated from the PTX ISA's definitions (the
+// EMBER_CUDA_SIM branch of a kernel file's PTX-wrapper section calls these).
+
+// A shared-memory address as the 32-bit shared window sees it: the offset into the block's
+// dynamic shared memory (the only shared memory ember's tensor-core kernels address this way).
+uint32_t shared_address(const void* p);
+void* shared_pointer(uint32_t address, size_t bytes);
+// cp.async.{ca,cg}.shared.global [dst], [src], bytes, src_bytes: the destination holds 0xFF
+// (NaN) bytes from issue until a wait completes its group (a read before the wait shows);
+// then src_bytes are copied and the rest zero-filled. A thread that exits with copies never
+// waited for is an error.
+void cp_async(uint32_t dst, const void* src, int bytes, int src_bytes);
+void cp_async_commit();
+void cp_async_wait(int pending_groups_allowed);
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lanes 8m..8m+7 give the row addresses of
+// matrix m (16-byte aligned); each lane receives, per matrix, the pair of elements at row
+// lane/4, columns 2(lane%4) and 2(lane%4)+1 (of the transpose with .trans).
+void ldmatrix_x4(uint32_t (&r)[4], uint32_t address, bool trans);
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: c += a * b on the warp's fragments.
+void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf16);
+// ex2.approx.ftz.f32 (the sim computes 2^x exactly, then flushes a subnormal result to zero).
+float ex2_approx_ftz(float x);
+
 // Latches `e` as the calling thread's last CUDA error (the simulated runtime, runtime.cpp):
 // what a launch the GPU refuses leaves for the check after it.
 void set_last_error(cudaError_t e);
@@ -108,8 +131,10 @@ namespace detail {
 inline thread_local uint3 t_thread_idx{}, t_block_idx{};
 inline thread_local dim3 t_block_dim{1, 1, 1}, t_grid_dim{1, 1, 1};
 inline thread_local unsigned char* t_dynamic_shared = nullptr;
+inline thread_local size_t t_dynamic_shared_bytes = 0;
 
-enum class Collective : uint8_t { syncwarp, shfl_idx, shfl_up, shfl_down, shfl_xor, ballot, any, all, match_any };
+enum class Collective : uint8_t { syncwarp, shfl_idx, shfl_up, shfl_down, shfl_xor, ballot, any, all, match_any,
+                                  ldmatrix, mma };
 // One lane's part in a warp collective: blocks the fiber until the collective releases and
 // returns this lane's result (the value read, the ballot bits, ...).
 uint64_t warp_collective(Collective op, unsigned mask, uint64_t value, int arg, int width, const char* where);
