@@ -178,11 +178,11 @@ float half_to_float(uint16_t h) {
   if (exp == 0x1f) bits = sign | 0x7f800000u | (man << 13);  // inf, NaN
   else if (exp != 0) bits = sign | ((exp + 112) << 23) | (man << 13);
   else if (man == 0) bits = sign;
-  else {  // subnormal: normalize
-    int e = -1;
+  else {  // subnormal, man * 2^-24: shifted until the implicit bit (0x400) is set
+    int shifts = 0;
     uint32_t m = man;
-    while (!(m & 0x400)) m <<= 1, --e;
-    bits = sign | (uint32_t(e + 1 + 112) << 23) | ((m & 0x3ff) << 13);
+    while (!(m & 0x400)) m <<= 1, ++shifts;
+    bits = sign | (uint32_t(113 - shifts) << 23) | ((m & 0x3ff) << 13);
   }
   float f;
   std::memcpy(&f, &bits, 4);

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <numeric>
@@ -201,11 +202,13 @@ TEST(SimtPtx, LdmatrixAndMmaComputeTheMatrixProduct) {
     std::vector<uint16_t> a(256), bt(256), b(256);
     std::vector<float> af(256), bf(256);
     for (int i = 0; i < 256; ++i) {
-      // Small integers and halves: exact in both formats.
+      // Multiples of 1/4 and 1/2 below 8: exact in both formats.
       const float va = float(int(rng() % 17) - 8) * 0.5f, vb = float(int(rng() % 13) - 6) * 0.25f;
       af[size_t(i)] = va;
       bf[size_t(i)] = vb;  // B[k][n] at k * 16 + n
     }
+    // Subnormal in f16 (below 2^-14) and tiny in bf16: the conversions' edge cases.
+    af[0] = std::ldexp(1.0f, -20), af[17] = -std::ldexp(3.0f, -24);
     auto to16 = [&](float v) -> uint16_t {
       if (bf16) return uint16_t(ember::cuda::sim::detail::to_bits(v) >> 16);
       return ember::Half(v).bits;
