@@ -10,7 +10,7 @@
 //   complete when recorded. What must still fail fails as on the GPU: an unknown pointer freed,
 //   a sync or a blocking call on a capturing stream, a cudaMalloc during a thread-local capture
 //   (unless the thread relaxed its mode), an invalid launch.
-// - Graph capture records instead of running: launches (simt.h's capture hook), async copies
+// - Graph capture records instead of running: launches, async copies (all through simt.h's submit)
 //   and memsets on a capturing stream, or on a stream joined to the capture by waiting on an
 //   event recorded in it, become the graph's nodes, in issue order; parameters and copy
 //   arguments are fixed at capture. A replay runs the nodes in that order.
@@ -146,20 +146,6 @@ std::shared_ptr<Capture> capture_forbidding_unsafe_calls() {
 cudaError_t refuse_during_capture(const std::shared_ptr<Capture>& c) {
   c->invalidated = true;
   return fail(cudaErrorStreamCaptureUnsupported);
-}
-
-// Records `work` into the capture of `stream`, or runs it now.
-void issue(cudaStream_t stream, std::function<void()> work) {
-  std::shared_ptr<Capture> c;
-  {
-    std::lock_guard<std::recursive_mutex> lock(g_mutex);
-    c = capture_of(stream);
-    if (c) {
-      c->nodes.push_back(std::move(work));
-      return;
-    }
-  }
-  work();
 }
 
 bool capture_hook(cudaStream_t stream, std::function<void()>& work) {
@@ -422,7 +408,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     std::lock_guard<std::recursive_mutex> lock(g_mutex);
     if (!known_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
   }
-  issue(stream, [dst, src, bytes] { std::memmove(dst, src, bytes); });
+  detail::submit(stream, [dst, src, bytes] { std::memmove(dst, src, bytes); });
   return cudaSuccess;
 }
 
@@ -433,7 +419,7 @@ cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t str
     std::lock_guard<std::recursive_mutex> lock(g_mutex);
     if (!known_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
   }
-  issue(stream, [dst, value, bytes] { std::memset(dst, value, bytes); });
+  detail::submit(stream, [dst, value, bytes] { std::memset(dst, value, bytes); });
   return cudaSuccess;
 }
 
@@ -480,12 +466,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   if (auto c = capture_of(s)) return refuse_during_capture(c);
   return cudaSuccess;
 }
-cudaError_t cudaStreamQuery(cudaStream_t s) {
-  std::lock_guard<std::recursive_mutex> lock(g_mutex);
-  if (!known_stream(s)) return fail(cudaErrorInvalidResourceHandle);
-  if (auto c = capture_of(s)) return refuse_during_capture(c);
-  return cudaSuccess;
-}
+// Work runs when issued, so a stream is always idle: a query answers as a synchronize does.
+cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   if (!known_stream(s) || !g_events.count(reinterpret_cast<CUevent_st*>(e))) return fail(cudaErrorInvalidResourceHandle);
@@ -619,7 +601,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
     std::lock_guard<std::recursive_mutex> lock(g_mutex);
     if (!known_stream(s)) return fail(cudaErrorInvalidResourceHandle);
   }
-  issue(s, [nodes = exec->nodes] {
+  detail::submit(s, [nodes = exec->nodes] {
     for (const auto& node : nodes) node();
   });
   return cudaSuccess;

@@ -522,7 +522,6 @@ void check_launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shar
 }
 
 void run_grid(dim3 grid, dim3 block, size_t dynamic_shared, Body body, void* closure) {
-  if (t_block != nullptr) fail("a kernel launched from inside a kernel (dynamic parallelism is not simulated)");
   const uint64_t threads = uint64_t(block.x) * block.y * block.z;
 
   const size_t stack_bytes = [] {

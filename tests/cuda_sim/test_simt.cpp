@@ -45,6 +45,12 @@ std::string sim_error(const std::function<void()>& f) {
   }
   return "";
 }
+// f throws a SimError whose message contains `text`.
+::testing::AssertionResult fails_saying(const std::function<void()>& f, const std::string& text) {
+  const std::string message = sim_error(f);
+  if (message.find(text) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "expected an error saying \"" << text << "\", got \"" << message << "\"";
+}
 
 __global__ void write_indices(int* out) {
   const int tid = int(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
@@ -234,9 +240,8 @@ TEST(SimtPtx, LdmatrixAndMmaComputeTheMatrixProduct) {
 
 TEST(SimtPtx, CpAsyncNeverWaitedForIsAnError) {
   std::vector<float> src(4, 1.0f);
-  EXPECT_NE(sim_error([&] { sim::launch(cp_async_never_waited, dim3(1), dim3(2), 64, nullptr, src.data()); })
-                .find("never waited for"),
-            std::string::npos);
+  EXPECT_TRUE(fails_saying([&] { sim::launch(cp_async_never_waited, dim3(1), dim3(2), 64, nullptr, src.data()); },
+                          "never waited for"));
 }
 
 TEST(Simt, IndicesOfEveryThreadAndBlock) {
@@ -317,43 +322,33 @@ TEST(Simt, WarpCollectivesFollowTheirDefinitions) {
 
 TEST(Simt, UndefinedSynchronizationIsAClearError) {
   std::vector<int> out(64);
-  EXPECT_NE(sim_error([&] { sim::launch(barrier_in_branch, dim3(1), dim3(64), 0, nullptr, out.data()); })
-                .find("exited before a __syncthreads"),
-            std::string::npos);
-  EXPECT_NE(sim_error([&] { sim::launch(shuffle_after_exit, dim3(1), dim3(32), 0, nullptr, out.data()); })
-                .find("which has exited"),
-            std::string::npos);
-  EXPECT_NE(sim_error([&] { sim::launch(not_in_own_mask, dim3(1), dim3(32), 0, nullptr, out.data()); })
-                .find("is not in its own mask"),
-            std::string::npos);
-  EXPECT_NE(sim_error([&] { sim::launch(reads_outside_mask, dim3(1), dim3(32), 0, nullptr, out.data()); })
-                .find("which is not in the mask"),
-            std::string::npos);
-  EXPECT_NE(sim_error([&] { sim::launch(different_collectives, dim3(1), dim3(32), 0, nullptr, out.data()); })
-                .find("different collectives"),
-            std::string::npos);
-  EXPECT_NE(sim_error([] { __syncthreads(); }).find("outside a kernel"), std::string::npos);
+  EXPECT_TRUE(fails_saying([&] { sim::launch(barrier_in_branch, dim3(1), dim3(64), 0, nullptr, out.data()); },
+                          "exited before a __syncthreads"));
+  EXPECT_TRUE(fails_saying([&] { sim::launch(shuffle_after_exit, dim3(1), dim3(32), 0, nullptr, out.data()); },
+                          "which has exited"));
+  EXPECT_TRUE(fails_saying([&] { sim::launch(not_in_own_mask, dim3(1), dim3(32), 0, nullptr, out.data()); },
+                          "is not in its own mask"));
+  EXPECT_TRUE(fails_saying([&] { sim::launch(reads_outside_mask, dim3(1), dim3(32), 0, nullptr, out.data()); },
+                          "which is not in the mask"));
+  EXPECT_TRUE(fails_saying([&] { sim::launch(different_collectives, dim3(1), dim3(32), 0, nullptr, out.data()); },
+                          "different collectives"));
+  EXPECT_TRUE(fails_saying([] { __syncthreads(); }, "outside a kernel"));
 }
 
 TEST(Simt, LaunchesAreCheckedAsAnH100ChecksThem) {
   std::vector<int> out(1024);
-  EXPECT_NE(sim_error([&] { sim::launch(uses_dynamic_shared, dim3(1), dim3(1025), 0, nullptr, out.data()); })
-                .find("invalid configuration argument: block"),
-            std::string::npos);
-  EXPECT_NE(sim_error([&] { sim::launch(uses_dynamic_shared, dim3(1), dim3(1, 1, 65), 0, nullptr, out.data()); })
-                .find("z <= 64"),
-            std::string::npos);
-  EXPECT_NE(sim_error([&] { sim::launch(uses_dynamic_shared, dim3(1, 65536), dim3(32), 0, nullptr, out.data()); })
-                .find("invalid configuration argument: grid"),
-            std::string::npos);
-  EXPECT_NE(sim_error([&] { sim::launch(uses_dynamic_shared, dim3(0), dim3(32), 0, nullptr, out.data()); })
-                .find("invalid configuration argument: grid"),
-            std::string::npos);
+  EXPECT_TRUE(fails_saying([&] { sim::launch(uses_dynamic_shared, dim3(1), dim3(1025), 0, nullptr, out.data()); },
+                          "invalid configuration argument: block"));
+  EXPECT_TRUE(fails_saying([&] { sim::launch(uses_dynamic_shared, dim3(1), dim3(1, 1, 65), 0, nullptr, out.data()); },
+                          "z <= 64"));
+  EXPECT_TRUE(fails_saying([&] { sim::launch(uses_dynamic_shared, dim3(1, 65536), dim3(32), 0, nullptr, out.data()); },
+                          "invalid configuration argument: grid"));
+  EXPECT_TRUE(fails_saying([&] { sim::launch(uses_dynamic_shared, dim3(0), dim3(32), 0, nullptr, out.data()); },
+                          "invalid configuration argument: grid"));
   // Dynamic shared memory: 48 KB unless the kernel opted in, and never beyond 227 KB.
   const size_t big = 64 * 1024;
-  EXPECT_NE(sim_error([&] { sim::launch(uses_dynamic_shared, dim3(1), dim3(256), big, nullptr, out.data()); })
-                .find("48 KB without cudaFuncSetAttribute"),
-            std::string::npos);
+  EXPECT_TRUE(fails_saying([&] { sim::launch(uses_dynamic_shared, dim3(1), dim3(256), big, nullptr, out.data()); },
+                          "48 KB without cudaFuncSetAttribute"));
   sim::set_max_dynamic_shared_memory(reinterpret_cast<const void*>(&uses_dynamic_shared), big);
   EXPECT_EQ(sim_error([&] { sim::launch(uses_dynamic_shared, dim3(1), dim3(256), big, nullptr, out.data()); }), "");
   for (int i = 0; i < 256; ++i) EXPECT_EQ(out[size_t(i)], 255 - i);

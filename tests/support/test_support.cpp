@@ -148,6 +148,12 @@ double cuda_rtol(DType dt) {
   return all_close(cuda_result.to(Device::cpu()), cpu_result, rtol, rtol * scale);
 }
 
+bool missing_device(Device device) {
+  if (!device.is_cuda() || cuda::is_available()) return false;
+  EXPECT_FALSE(cuda_expected()) << "an NVIDIA GPU is on this machine but this build sees none";
+  return true;
+}
+
 ::testing::AssertionResult within_bound(const Tensor& actual, const Tensor& expected, const Tensor& bound) {
   if (actual.sizes() != expected.sizes() || bound.sizes() != expected.sizes())
     return ::testing::AssertionFailure() << "shapes " << str(actual.sizes()) << ", " << str(expected.sizes())

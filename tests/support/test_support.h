@@ -94,6 +94,11 @@ bool cuda_expected();
     }                                                                                      \
   } while (0)
 
+// The same rule for one iteration of a loop over test_devices(), where a skip would hide the
+// CPU half: true (go on to the next device) for a CUDA device this build cannot see, with a
+// failure recorded where a GPU is expected.
+bool missing_device(Device device);
+
 // The same, for a test body parametrized by device: only a CUDA device can be missing.
 #define EMBER_SKIP_IF_NO_DEVICE(device)                                   \
   do {                                                                    \

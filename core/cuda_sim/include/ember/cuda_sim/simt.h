@@ -252,36 +252,34 @@ inline unsigned __match_any_sync(unsigned mask, T value) {
   return unsigned(d::warp_collective(d::Collective::match_any, mask, d::to_bits(value), 0, 32, "__match_any_sync"));
 }
 
-// Atomics: fibers never switch inside one, so plain read-modify-writes are atomic here.
+// Atomics: fibers never switch inside one, so a plain read-modify-write is atomic here.
+namespace ember::cuda::sim::detail {
+template <class T, class Update>
+inline T read_modify_write(T* p, Update update) {
+  const T old = *p;
+  *p = update(old);
+  return old;
+}
+}  // namespace ember::cuda::sim::detail
 template <class T>
 inline T atomicAdd(T* p, T v) {
-  const T old = *p;
-  *p = old + v;
-  return old;
+  return ::ember::cuda::sim::detail::read_modify_write(p, [v](T old) { return old + v; });
 }
 template <class T>
 inline T atomicMin(T* p, T v) {
-  const T old = *p;
-  *p = v < old ? v : old;
-  return old;
+  return ::ember::cuda::sim::detail::read_modify_write(p, [v](T old) { return v < old ? v : old; });
 }
 template <class T>
 inline T atomicMax(T* p, T v) {
-  const T old = *p;
-  *p = old < v ? v : old;
-  return old;
+  return ::ember::cuda::sim::detail::read_modify_write(p, [v](T old) { return old < v ? v : old; });
 }
 template <class T>
 inline T atomicExch(T* p, T v) {
-  const T old = *p;
-  *p = v;
-  return old;
+  return ::ember::cuda::sim::detail::read_modify_write(p, [v](T) { return v; });
 }
 template <class T>
 inline T atomicCAS(T* p, T compare, T v) {
-  const T old = *p;
-  if (old == compare) *p = v;
-  return old;
+  return ::ember::cuda::sim::detail::read_modify_write(p, [=](T old) { return old == compare ? v : old; });
 }
 inline void __threadfence() {}
 inline void __threadfence_block() {}
