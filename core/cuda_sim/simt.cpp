@@ -4,7 +4,9 @@
 // waits at it, the block barrier.
 #include "ember/cuda_sim/simt.h"
 
+#if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -34,6 +36,7 @@
 extern "C" {
 void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, size_t size);
 void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old, size_t* size_old);
+void __asan_unpoison_memory_region(const volatile void* addr, size_t size);
 }
 #endif
 
@@ -58,13 +61,86 @@ inline void switch_done(void* save, const void** bottom_old = nullptr, size_t* s
 #endif
 }
 
+// ---- fiber contexts. On x86-64 a switch saves the callee-saved registers and the FP control
+// words on the leaving stack and loads the other stack: no system call (glibc's swapcontext
+// saves the signal mask with one per switch, which made kernels spend most of their time in
+// the kernel). Elsewhere ucontext.
+#if defined(__x86_64__)
+extern "C" void ember_sim_switch_stack(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .globl ember_sim_switch_stack
+  .type ember_sim_switch_stack, @function
+ember_sim_switch_stack:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size ember_sim_switch_stack, .-ember_sim_switch_stack
+  .section .note.GNU-stack,"",@progbits
+  .text
+)");
+struct Context {
+  void* sp = nullptr;
+};
+inline void switch_context(Context& from, Context& to) { ember_sim_switch_stack(&from.sp, to.sp); }
+// A context that starts `entry` (which never returns) on [stack, stack + bytes): the frame
+// ember_sim_switch_stack pops, returning into entry as if called (rsp = 8 mod 16 there).
+void make_context(Context& c, char* stack, size_t bytes, void (*entry)()) {
+  auto top = reinterpret_cast<uintptr_t>(stack + bytes) & ~uintptr_t(15);
+#ifdef EMBER_SIM_ASAN
+  // A stack is reused by the next block's fiber: the frames of the last one, which never
+  // returned, are still poisoned where this frame goes (each new frame repoisons its own).
+  __asan_unpoison_memory_region(reinterpret_cast<void*>(top - 4096), 4096);
+#endif
+  auto* slot = reinterpret_cast<uint64_t*>(top - 16);
+  slot[0] = reinterpret_cast<uint64_t>(entry);  // popped by ret
+  slot[1] = 0;                                   // entry's return address: ends backtraces
+  for (int r = 1; r <= 6; ++r) slot[-r] = 0;     // rbp, rbx, r12..r15
+  uint32_t mxcsr;
+  uint16_t fpcw;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(fpcw));
+  auto* control = reinterpret_cast<uint32_t*>(slot - 7);
+  control[0] = mxcsr;
+  control[1] = fpcw;
+  c.sp = slot - 7;
+}
+#else
+struct Context {
+  ucontext_t uc{};
+};
+inline void switch_context(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+void make_context(Context& c, char* stack, size_t bytes, void (*entry)()) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = bytes;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+}
+#endif
+
 enum class State : uint8_t { runnable, at_barrier, at_collective, exited };
 
+// A CUDA thread's state in the running block (its context lives in the thread's FiberPool).
 struct Fiber {
-  ucontext_t context{};
-  char* stack = nullptr;
-  size_t stack_bytes = 0;
-  void* fake_stack = nullptr;  // ASan's, while the fiber is switched out
   State state = State::runnable;
   uint3 tid{};
   int linear = 0;
@@ -85,11 +161,27 @@ struct Fiber {
   std::vector<std::vector<Copy>> groups;
 };
 
-struct BlockRun {
-  std::vector<Fiber> fibers;
-  ucontext_t scheduler{};
+// The fibers of an OS thread, reused by every block and launch it runs: fiber i runs thread i
+// of each block in a loop (fiber_main), so a block costs no context set-up and, under ASan, no
+// fake stack per thread (ASan maps one per fiber for its lifetime: per block, that was most of
+// a kernel's time). A fiber left inside a kernel (the block failed) is started afresh.
+struct FiberSlot {
+  Context context;
+  std::unique_ptr<char[]> stack;  // default-initialized: only touched pages are committed
+  void* fake_stack = nullptr;     // ASan's, while the fiber is switched out
+  bool idle = false;              // waiting at the end of fiber_main's loop for the next block
+};
+struct FiberPool {
+  std::vector<std::unique_ptr<FiberSlot>> slots;  // stable addresses: a fiber holds its own
+  size_t stack_bytes = 0;
+  Context scheduler;
   const void* scheduler_stack = nullptr;  // the scheduler's stack bounds (for ASan)
   size_t scheduler_stack_bytes = 0;
+};
+thread_local FiberPool t_pool;
+
+struct BlockRun {
+  std::vector<Fiber> fibers;
   void* scheduler_fake_stack = nullptr;
   int current = -1;
   detail::Body body = nullptr;
@@ -147,27 +239,33 @@ std::string describe(const BlockRun& b) {
 void suspend() {
   BlockRun* b = t_block;
   if (b == nullptr) fail("a synchronization point outside a kernel");
-  Fiber& f = b->fibers[size_t(b->current)];
-  switch_starts(&f.fake_stack, b->scheduler_stack, b->scheduler_stack_bytes);
-  swapcontext(&f.context, &b->scheduler);
-  switch_done(f.fake_stack);
+  FiberSlot& slot = *t_pool.slots[size_t(b->current)];
+  switch_starts(&slot.fake_stack, t_pool.scheduler_stack, t_pool.scheduler_stack_bytes);
+  switch_context(slot.context, t_pool.scheduler);
+  switch_done(slot.fake_stack);
 }
 
+// One fiber's life: thread `current` of every block it is resumed for, until the OS thread
+// ends. Nothing with a destructor lives across the switch at the bottom of the loop.
 void fiber_main() {
-  BlockRun* b = t_block;
-  switch_done(nullptr, &b->scheduler_stack, &b->scheduler_stack_bytes);
-  try {
-    b->body(b->closure);
-    const Fiber& me = b->fibers[size_t(b->current)];
-    if (!me.uncommitted.empty() || !me.groups.empty())
-      fail("thread " + std::to_string(me.linear) + " exited with cp.async copies it never waited for");
-  } catch (...) {
-    b->error = std::current_exception();  // rethrown by the scheduler, on its own stack
+  switch_done(nullptr, &t_pool.scheduler_stack, &t_pool.scheduler_stack_bytes);
+  for (;;) {
+    BlockRun* b = t_block;
+    try {
+      b->body(b->closure);
+      const Fiber& me = b->fibers[size_t(b->current)];
+      if (!me.uncommitted.empty() || !me.groups.empty())
+        fail("thread " + std::to_string(me.linear) + " exited with cp.async copies it never waited for");
+    } catch (...) {
+      b->error = std::current_exception();  // rethrown by the scheduler, on its own stack
+    }
+    b->fibers[size_t(b->current)].state = State::exited;
+    FiberSlot& slot = *t_pool.slots[size_t(b->current)];
+    slot.idle = true;
+    switch_starts(&slot.fake_stack, t_pool.scheduler_stack, t_pool.scheduler_stack_bytes);
+    switch_context(slot.context, t_pool.scheduler);
+    switch_done(slot.fake_stack);
   }
-  Fiber& f = b->fibers[size_t(b->current)];
-  f.state = State::exited;
-  switch_starts(nullptr, b->scheduler_stack, b->scheduler_stack_bytes);  // this stack is done
-  swapcontext(&f.context, &b->scheduler);
 }
 
 // ---- tensor-core fragments (PTX ISA, "Matrix fragments for mma.m16n8k16", "ldmatrix")
@@ -339,21 +437,19 @@ std::vector<int> lane_order(int n, const Schedule& s, uint64_t salt) {
   return order;
 }
 
-void run_block(BlockRun& b, int n, size_t stack_bytes, std::vector<std::unique_ptr<char[]>>& stacks,
-               const Schedule& s, uint64_t block_linear) {
+void run_block(BlockRun& b, int n, const Schedule& s, uint64_t block_linear) {
   b.fibers.assign(size_t(n), Fiber{});
   const dim3 bd = detail::t_block_dim;
   for (int i = 0; i < n; ++i) {
     Fiber& f = b.fibers[size_t(i)];
     f.linear = i;
     f.tid = uint3{unsigned(i) % bd.x, unsigned(i) / bd.x % bd.y, unsigned(i) / (bd.x * bd.y)};
-    getcontext(&f.context);
-    f.stack = stacks[size_t(i)].get();
-    f.stack_bytes = stack_bytes;
-    f.context.uc_stack.ss_sp = f.stack;
-    f.context.uc_stack.ss_size = stack_bytes;
-    f.context.uc_link = nullptr;
-    makecontext(&f.context, fiber_main, 0);
+    FiberSlot& slot = *t_pool.slots[size_t(i)];
+    if (!slot.idle) {  // never started, or abandoned inside a kernel by a failed block
+      make_context(slot.context, slot.stack.get(), t_pool.stack_bytes, fiber_main);
+      slot.fake_stack = nullptr;
+    }
+    slot.idle = false;
   }
   const int warps = (n + 31) / 32;
   uint64_t round = 0;
@@ -364,8 +460,9 @@ void run_block(BlockRun& b, int n, size_t stack_bytes, std::vector<std::unique_p
       if (f.state != State::runnable || (only_warp >= 0 && i / 32 != only_warp)) continue;
       b.current = i;
       detail::t_thread_idx = f.tid;
-      switch_starts(&b.scheduler_fake_stack, f.stack, f.stack_bytes);
-      swapcontext(&b.scheduler, &f.context);
+      FiberSlot& slot = *t_pool.slots[size_t(i)];
+      switch_starts(&b.scheduler_fake_stack, slot.stack.get(), t_pool.stack_bytes);
+      switch_context(t_pool.scheduler, slot.context);
       switch_done(b.scheduler_fake_stack);
       if (b.error) std::rethrow_exception(std::exchange(b.error, nullptr));
       ran = true;
@@ -528,12 +625,11 @@ void run_grid(dim3 grid, dim3 block, size_t dynamic_shared, Body body, void* clo
     const char* e = std::getenv("EMBER_SIM_STACK_KB");
     return size_t(e ? std::max(16, std::atoi(e)) : 256) * 1024;
   }();
-  // Fiber stacks, kept for the thread's later launches; default-initialized (new char[], not
-  // make_unique's zeroing), so only the pages a fiber touches are ever committed.
-  thread_local std::vector<std::unique_ptr<char[]>> stacks;
-  thread_local size_t stacks_bytes = 0;
-  if (stacks_bytes != stack_bytes) stacks.clear(), stacks_bytes = stack_bytes;
-  while (stacks.size() < threads) stacks.emplace_back(new char[stack_bytes]);
+  if (t_pool.stack_bytes != stack_bytes) t_pool.slots.clear(), t_pool.stack_bytes = stack_bytes;
+  while (t_pool.slots.size() < threads) {
+    t_pool.slots.push_back(std::make_unique<FiberSlot>());
+    t_pool.slots.back()->stack.reset(new char[stack_bytes]);
+  }
   std::vector<unsigned char> shared(std::max<size_t>(dynamic_shared, 1));
   const Schedule s = t_schedule;
   BlockRun b;
@@ -557,7 +653,7 @@ void run_grid(dim3 grid, dim3 block, size_t dynamic_shared, Body body, void* clo
       for (unsigned x = 0; x < grid.x; ++x, ++block_linear) {
         t_block_idx = uint3{x, y, z};
         std::fill(shared.begin(), shared.end(), 0xFF);  // NaN in every float type: reads before writes show
-        run_block(b, int(threads), stack_bytes, stacks, s, block_linear);
+        run_block(b, int(threads), s, block_linear);
       }
   std::lock_guard<std::mutex> lock(g_mutex);
   ++g_stats.launches;
