@@ -42,10 +42,20 @@ if [[ "${EMBER_SANITIZE_TESTS:-1}" == 0 ]]; then
   exit "$status"
 fi
 
-# ---- ASan + UBSan: CPU only, ember's own targets instrumented (CMakeLists.txt EMBER_SANITIZE).
+# ---- ASan + UBSan, ember's own targets instrumented (CMakeLists.txt EMBER_SANITIZE). Where the
+# CUDA headers are (CI: the CUDA 13 toolkit) it is also the CUDA simulation build (issue 39:
+# EMBER_CUDA_SIM, ember's kernels run on the CPU): the whole suite runs with the simulated GPU
+# hidden (CUDA cases skip, as on a machine without one), then the CUDA cases named in
+# tests/cuda_sim/simulated.txt run on the simulated H100, under ASan.
 asan_dir="${EMBER_ASAN_BUILD_DIR:-build-asan}"
 asan_status=0
 start=$SECONDS
+cuda_sim=OFF
+for inc in "${CUDA_HOME:-/usr/local/cuda}/include" /usr/local/cuda/include /usr/include; do
+  [[ -f "$inc/cuda_runtime.h" && -f "$inc/cublasLt.h" && -f "$inc/cudnn.h" && -f "$inc/nccl.h" ]] && cuda_sim=ON && break
+done
+[[ "${EMBER_CUDA_SIM:-}" == 0 ]] && cuda_sim=OFF
+log "sanitizer build: CUDA simulation $cuda_sim"
 if [[ ! -f "$asan_dir/CMakeCache.txt" ]]; then
   generator=()
   command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
@@ -54,9 +64,9 @@ if [[ ! -f "$asan_dir/CMakeCache.txt" ]]; then
   # -O2 -g's time (assembling full debug info of ASan-instrumented Eigen code dominates).
   cmake -S . -B "$asan_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
-        -DEMBER_CUDA=OFF -DEMBER_SANITIZE=ON -DEMBER_BENCH=OFF >/dev/null || asan_status=$?
+        -DEMBER_CUDA=OFF -DEMBER_CUDA_SIM=$cuda_sim -DEMBER_SANITIZE=ON -DEMBER_BENCH=OFF >/dev/null || asan_status=$?
 else
-  cmake -S . -B "$asan_dir" >/dev/null || asan_status=$?
+  cmake -S . -B "$asan_dir" -DEMBER_CUDA_SIM=$cuda_sim >/dev/null || asan_status=$?
 fi
 if ((asan_status == 0)); then
   cmake --build "$asan_dir" --parallel "${EMBER_JOBS:-$(nproc 2>/dev/null || echo 2)}" \
@@ -73,8 +83,15 @@ if ((asan_status == 0)); then
   export LSAN_OPTIONS="suppressions=$root/tests/sanitizer/lsan.supp:print_suppressions=0"
   # Not run under the sanitizers: install.find_package_consumer (it installs the instrumented
   # libraries into a plain consumer project, which cannot link them without -fsanitize).
-  ctest --test-dir "$asan_dir" --output-on-failure --timeout 900 -j "$jobs" \
+  CUDA_VISIBLE_DEVICES= ctest --test-dir "$asan_dir" --output-on-failure --timeout 900 -j "$jobs" \
         -E '^install\.' "$@" || asan_status=$?
+  if [[ "$cuda_sim" == ON ]]; then
+    # One ctest name regex per line of simulated.txt (# comments).
+    included=$(grep -v '^[[:space:]]*\(#\|$\)' "$root/tests/cuda_sim/simulated.txt" | paste -sd'|')
+    log "the CUDA cases in simulation: $included"
+    ctest --test-dir "$asan_dir" --output-on-failure --timeout 900 -j "$jobs" -R "$included" "$@" \
+      || asan_status=$?
+  fi
   log "sanitizer tests finished in $((SECONDS - start)) s (exit $asan_status)"
 fi
 

@@ -162,10 +162,12 @@ int resolve_device(int device) {
 namespace detail {
 
 CachingAllocator& caching_allocator(int device) {
-  static const std::vector<CachingAllocator*> allocators = [] {
-    std::vector<CachingAllocator*> v;
+  // Never destroyed, table included (freed at exit, the table would leave the allocators
+  // unreachable: a leak to LeakSanitizer in the simulation build's ASan run).
+  static const std::vector<CachingAllocator*>& allocators = *[] {
+    auto* v = new std::vector<CachingAllocator*>;
     for (int d = 0; d < device_count(); ++d)
-      v.push_back(new CachingAllocator(std::make_unique<CudaBackend>(d)));  // lives forever
+      v->push_back(new CachingAllocator(std::make_unique<CudaBackend>(d)));  // lives forever
     return v;
   }();
   check_device("allocate", Device::cuda(device));
@@ -182,9 +184,9 @@ void record_stream(const Tensor& tensor, cudaStream_t stream) {
 
 Allocator* uncached_allocator(int device) {
   check_device("allocate", Device::cuda(device));
-  static const std::vector<UncachedAllocator*> allocators = [] {
-    std::vector<UncachedAllocator*> v;
-    for (int d = 0; d < device_count(); ++d) v.push_back(new UncachedAllocator(d));
+  static const std::vector<UncachedAllocator*>& allocators = *[] {  // never destroyed, as above
+    auto* v = new std::vector<UncachedAllocator*>;
+    for (int d = 0; d < device_count(); ++d) v->push_back(new UncachedAllocator(d));
     return v;
   }();
   return allocators[size_t(device)];

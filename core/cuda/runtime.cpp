@@ -35,6 +35,14 @@ int visible_devices() {
 bool is_available() { return visible_devices() > 0; }
 int device_count() { return visible_devices(); }
 
+bool is_simulated() {
+#ifdef EMBER_CUDA_SIM
+  return true;
+#else
+  return false;
+#endif
+}
+
 std::string device_name(int device) {
   detail::check_device("device_name", Device::cuda(device));
   cudaDeviceProp prop{};

@@ -205,7 +205,18 @@ const char* cudaGetErrorString(cudaError_t error) {
 }
 cudaError_t cudaRuntimeGetVersion(int* v) { return v ? (*v = CUDART_VERSION, cudaSuccess) : fail(cudaErrorInvalidValue); }
 cudaError_t cudaDriverGetVersion(int* v) { return v ? (*v = CUDART_VERSION, cudaSuccess) : fail(cudaErrorInvalidValue); }
-cudaError_t cudaGetDeviceCount(int* n) { return n ? (*n = device_count(), cudaSuccess) : fail(cudaErrorInvalidValue); }
+// CUDA_VISIBLE_DEVICES="" (or "-1") hides every device, as it does on a GPU machine: the count
+// is 0 with cudaErrorNoDevice (scripts/test.sh runs the CPU suite so in the simulation build).
+cudaError_t cudaGetDeviceCount(int* n) {
+  if (n == nullptr) return fail(cudaErrorInvalidValue);
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible != nullptr && (*visible == '\0' || *visible == '-')) {
+    *n = 0;
+    return fail(cudaErrorNoDevice);
+  }
+  *n = device_count();
+  return cudaSuccess;
+}
 cudaError_t cudaGetDevice(int* d) { return d ? (*d = t_device, cudaSuccess) : fail(cudaErrorInvalidValue); }
 cudaError_t cudaSetDevice(int d) {
   if (d < 0 || d >= device_count()) return fail(cudaErrorInvalidDevice);

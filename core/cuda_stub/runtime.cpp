@@ -11,6 +11,7 @@ namespace ember::cuda {
 
 bool is_available() { return false; }
 int device_count() { return 0; }
+bool is_simulated() { return false; }
 std::string device_name(int) { return "none"; }
 void synchronize(int) {}
 std::string runtime_version() { return "none"; }

@@ -14,6 +14,9 @@ namespace ember::cuda {
 // True when this build has CUDA and at least one device is visible.
 bool is_available();
 int device_count();
+// True in the CUDA simulation build (CMake EMBER_CUDA_SIM, issue 39): the "device" is the CPU
+// running ember's kernels through core/cuda_sim. Tests shrink shapes and skip timing by it.
+bool is_simulated();
 std::string device_name(int device = 0);
 // Waits for all work on `device` (all devices when -1).
 void synchronize(int device = -1);

@@ -24,6 +24,10 @@
 
 #include <cstdint>
 
+#ifdef EMBER_CUDA_SIM
+#include "ember/cuda_sim/simt.h"  // report()'s atomics, on the host
+#endif
+
 namespace ember::cuda {
 
 // The two messages a fault can produce (formatted on the host, in core/cuda/device_checks.cpp).

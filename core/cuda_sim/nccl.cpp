@@ -1,0 +1,168 @@
+// NCCL in the CUDA simulation (issue 39): a world of one, so ember's NCCL backend
+// (distributed/nccl) runs its real code path in CI: communicator set-up with a config, the
+// non-blocking polling, the collectives on the group's stream (through detail::submit, so a
+// collective inside a graph capture is recorded and replayed like a kernel), finalize and
+// destroy. It checks ember's use of NCCL (arguments, dtypes, counts, stream order), not NCCL.
+//
+// Invariants:
+// - A communicator has exactly one rank: nranks != 1 is refused (ncclInvalidUsage, with the
+//   reason in ncclGetLastError), so a multi-rank test over NCCL skips or fails in simulation
+//   instead of passing on a pretend peer.
+// - Every collective of one rank is a copy (sum, prod, min, max and avg of one value are that
+//   value); when the buffers are the same (in place) nothing moves.
+// - Arguments are checked as NCCL checks them: a null or destroyed communicator, a bad dtype or
+//   reduction, a null buffer with a nonzero count, a broadcast root other than 0.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "ember/cuda_sim/simt.h"
+
+struct ncclComm {
+  int device = 0;
+  bool finalized = false;
+};
+
+namespace {
+
+std::mutex g_mu;
+std::set<const ncclComm*> g_live;  // communicators created and not yet destroyed
+thread_local std::string t_last_error;
+
+ncclResult_t fail(ncclResult_t code, std::string why) {
+  t_last_error = "NCCL simulation: " + std::move(why);
+  return code;
+}
+
+bool live(const ncclComm* comm) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_live.count(comm) != 0;
+}
+
+size_t element_size(ncclDataType_t type) {
+  switch (type) {
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 0;
+  }
+}
+
+// The checks every collective makes, then the one-rank result: `bytes` copied from send to
+// recv in stream order.
+ncclResult_t collective(const char* name, const void* send, void* recv, size_t count, ncclDataType_t type,
+                        ncclComm_t comm, cudaStream_t stream) {
+  if (comm == nullptr || !live(comm)) return fail(ncclInvalidArgument, std::string(name) + ": invalid communicator");
+  if (comm->finalized) return fail(ncclInvalidUsage, std::string(name) + ": communicator already finalized");
+  const size_t size = element_size(type);
+  if (size == 0) return fail(ncclInvalidArgument, std::string(name) + ": invalid data type " + std::to_string(int(type)));
+  if (count > 0 && (send == nullptr || recv == nullptr))
+    return fail(ncclInvalidArgument, std::string(name) + ": null buffer with count " + std::to_string(count));
+  if (count == 0 || send == recv) return ncclSuccess;
+  const size_t bytes = count * size;
+  ember::cuda::sim::detail::submit(stream, [send, recv, bytes] { std::memmove(recv, send, bytes); });
+  return ncclSuccess;
+}
+
+bool valid_op(ncclRedOp_t op) { return op == ncclSum || op == ncclProd || op == ncclMin || op == ncclMax || op == ncclAvg; }
+
+}  // namespace
+
+extern "C" {
+
+const char* ncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error";
+    case ncclSystemError: return "unhandled system error";
+    case ncclInternalError: return "internal error";
+    case ncclInvalidArgument: return "invalid argument";
+    case ncclInvalidUsage: return "invalid usage";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+const char* ncclGetLastError(ncclComm_t) { return t_last_error.c_str(); }
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  if (id == nullptr) return fail(ncclInvalidArgument, "ncclGetUniqueId: null id");
+  std::memset(id, 0, sizeof(*id));
+  std::memcpy(id->internal, "ember-sim", 9);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId, int rank, ncclConfig_t* config) {
+  if (comm == nullptr) return fail(ncclInvalidArgument, "ncclCommInitRankConfig: null comm");
+  *comm = nullptr;
+  if (nranks != 1)
+    return fail(ncclInvalidUsage, "the simulation is a world of one rank, asked for " + std::to_string(nranks));
+  if (rank != 0) return fail(ncclInvalidArgument, "rank " + std::to_string(rank) + " in a world of 1");
+  const ncclConfig_t initialized = NCCL_CONFIG_INITIALIZER;
+  if (config != nullptr && config->magic != initialized.magic)
+    return fail(ncclInvalidArgument, "config not initialized with NCCL_CONFIG_INITIALIZER");
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return fail(ncclUnhandledCudaError, "cudaGetDevice failed");
+  auto* c = new ncclComm{device, false};
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_live.insert(c);
+  *comm = c;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* state) {
+  if (comm == nullptr || !live(comm) || state == nullptr)
+    return fail(ncclInvalidArgument, "ncclCommGetAsyncError: invalid communicator");
+  *state = ncclSuccess;  // every call completed before it returned
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  if (comm == nullptr || !live(comm)) return fail(ncclInvalidArgument, "ncclCommFinalize: invalid communicator");
+  if (comm->finalized) return fail(ncclInvalidUsage, "ncclCommFinalize: already finalized");
+  comm->finalized = true;
+  return ncclSuccess;
+}
+
+static ncclResult_t release(const char* name, ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;  // as NCCL: destroying a null communicator is a no-op
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_live.erase(comm) == 0) return fail(ncclInvalidArgument, std::string(name) + ": invalid communicator");
+  }
+  delete comm;
+  return ncclSuccess;
+}
+ncclResult_t ncclCommDestroy(ncclComm_t comm) { return release("ncclCommDestroy", comm); }
+ncclResult_t ncclCommAbort(ncclComm_t comm) { return release("ncclCommAbort", comm); }
+
+ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t stream) {
+  if (!valid_op(op)) return fail(ncclInvalidArgument, "ncclAllReduce: invalid reduction " + std::to_string(int(op)));
+  return collective("ncclAllReduce", send, recv, count, type, comm, stream);
+}
+
+ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm,
+                           cudaStream_t stream) {
+  if (root != 0) return fail(ncclInvalidArgument, "ncclBroadcast: root " + std::to_string(root) + " in a world of 1");
+  return collective("ncclBroadcast", send, recv, count, type, comm, stream);
+}
+
+ncclResult_t ncclAllGather(const void* send, void* recv, size_t send_count, ncclDataType_t type, ncclComm_t comm,
+                           cudaStream_t stream) {
+  return collective("ncclAllGather", send, recv, send_count, type, comm, stream);
+}
+
+ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recv_count, ncclDataType_t type, ncclRedOp_t op,
+                               ncclComm_t comm, cudaStream_t stream) {
+  if (!valid_op(op)) return fail(ncclInvalidArgument, "ncclReduceScatter: invalid reduction " + std::to_string(int(op)));
+  return collective("ncclReduceScatter", send, recv, recv_count, type, comm, stream);
+}
+
+}  // extern "C"
