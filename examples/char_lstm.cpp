@@ -23,7 +23,10 @@
 #include <CLI/CLI.hpp>
 #include <ember/ember.h>
 
+#include "common/train_log.h"
+
 using namespace ember;
+using ember::examples::ResultLine;
 
 namespace {
 
@@ -193,10 +196,14 @@ int main(int argc, char** argv) {
       }
       std::printf("sample:\n%s\n", out.c_str());
     }
-    std::printf("result: {\"example\": \"char_lstm\", \"steps\": %lld, \"first_train_loss\": %.4f, "
-                "\"train_loss\": %.4f, \"val_loss\": %.4f, \"tokens_per_s\": %.0f}\n",
-                (long long)cfg.steps, first_loss, last_loss, last_val,
-                double(cfg.steps * cfg.batch * T) / train_seconds);
+    ResultLine()
+        .text("example", "char_lstm")
+        .num("steps", double(cfg.steps))
+        .num("first_train_loss", first_loss)
+        .num("train_loss", last_loss)
+        .num("val_loss", last_val)
+        .num("tokens_per_s", double(cfg.steps * cfg.batch * T) / train_seconds)
+        .print();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "char_lstm: %s\n", e.what());
     return 1;

@@ -185,10 +185,12 @@ class MetricsLog {
   std::ofstream csv_;
 };
 
-// The final machine-readable line: result: {"k": v, ...} (numbers as numbers, strings quoted).
+// The final machine-readable line: result: {"k": v, ...} (numbers as numbers, strings quoted;
+// a value never measured, NaN, is null: JSON has no NaN, and parsers refuse the bare word).
 class ResultLine {
  public:
   ResultLine& num(const std::string& key, double v) {
+    if (!std::isfinite(v)) return add(key, "null");
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.6g", v);
     return add(key, buf);
