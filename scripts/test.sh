@@ -82,9 +82,11 @@ if ((asan_status == 0)); then
   export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
   export LSAN_OPTIONS="suppressions=$root/tests/sanitizer/lsan.supp:print_suppressions=0"
   # Not run under the sanitizers: install.find_package_consumer (it installs the instrumented
-  # libraries into a plain consumer project, which cannot link them without -fsanitize).
+  # libraries into a plain consumer project, which cannot link them without -fsanitize), and
+  # the long example-training tests of tests/sanitizer/plain_build_only.txt (why: that file).
+  plain_only=$(grep -v '^[[:space:]]*\(#\|$\)' "$root/tests/sanitizer/plain_build_only.txt" | paste -sd'|')
   CUDA_VISIBLE_DEVICES= ctest --test-dir "$asan_dir" --output-on-failure --timeout 900 -j "$jobs" \
-        -E '^install\.' "$@" || asan_status=$?
+        -E "^install\\.|$plain_only" "$@" || asan_status=$?
   if [[ "$cuda_sim" == ON ]]; then
     # One ctest name regex per line of simulated.txt (# comments).
     included=$(grep -v '^[[:space:]]*\(#\|$\)' "$root/tests/cuda_sim/simulated.txt" | paste -sd'|')
