@@ -44,6 +44,7 @@
 #include <ember/ember.h>
 
 #include "bench_harness.h"
+#include "../examples/common/cli_checks.h"
 
 using namespace ember;
 
@@ -105,9 +106,9 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype_name_arg, "f32 (CPU default), bf16 (CUDA default), f16")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--shapes", shapes, "comma-separated BxHxTxD[c] (c: causal)");
-  app.add_option("--steps", steps)->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber);
-  app.add_option("--threads", threads, "CPU threads for both sides")->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps)->check(ember::examples::PositiveNumber);
+  app.add_option("--warmup", warmup)->check(ember::examples::NonNegativeNumber);
+  app.add_option("--threads", threads, "CPU threads for both sides")->check(ember::examples::PositiveNumber);
   app.add_option("--python", python, "the Python whose torch is the peer");
   app.add_flag("--no-peer", no_peer);
   CLI11_PARSE(app, argc, argv);

@@ -25,6 +25,7 @@
 #include <CLI/CLI.hpp>
 #include <ember/ember.h>
 #include <ember/ops/conv.h>
+#include "../examples/common/cli_checks.h"
 
 using namespace ember;
 
@@ -75,7 +76,7 @@ int main(int argc, char** argv) {
   std::string only, pass_name;
   CLI::App app{"CPU 3x3 convolution: Winograd F(2x2,3x3) vs im2col + GEMM"};
   app.add_option("--shapes", shapes, "N,C,H,W,O,padding;...");
-  app.add_option("--samples", samples)->check(CLI::PositiveNumber);
+  app.add_option("--samples", samples)->check(ember::examples::PositiveNumber);
   app.add_option("--only", only, "time one path only (for a profiler)")->check(CLI::IsMember({"winograd", "im2col"}));
   app.add_option("--pass", pass_name, "time one pass only")->check(CLI::IsMember({"forward", "grad in", "grad w"}));
   CLI11_PARSE(app, argc, argv);

@@ -23,6 +23,7 @@
 
 #include <CLI/CLI.hpp>
 #include <ember/ember.h>
+#include "../examples/common/cli_checks.h"
 
 using namespace ember;
 
@@ -89,11 +90,11 @@ int main(int argc, char** argv) {
   int steps = 50, warmup = 5, np = 2, threads = 1;
   bool is_worker = false;
   CLI::App app{"bench_ddp: DistributedDataParallel overhead per step (MNIST MLP, CPU ranks)"};
-  app.add_option("--batch-size", batch, "global batch (split over the ranks)")->check(CLI::PositiveNumber);
-  app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  app.add_option("--batch-size", batch, "global batch (split over the ranks)")->check(ember::examples::PositiveNumber);
+  app.add_option("--steps", steps, "timed steps")->check(ember::examples::PositiveNumber);
+  app.add_option("--warmup", warmup, "untimed steps first")->check(ember::examples::NonNegativeNumber);
   app.add_option("--np", np, "ranks of the DDP run")->check(CLI::Range(2, 64));
-  app.add_option("--threads", threads, "CPU threads per process")->check(CLI::PositiveNumber);
+  app.add_option("--threads", threads, "CPU threads per process")->check(ember::examples::PositiveNumber);
   app.add_flag("--worker", is_worker, "the N-rank part (run under mpirun)");
   CLI11_PARSE(app, argc, argv);
   omp_set_num_threads(threads);

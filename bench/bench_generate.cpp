@@ -28,6 +28,7 @@
 #include <ember/ember.h>
 
 #include "bench_harness.h"
+#include "../examples/common/cli_checks.h"
 
 using namespace ember;
 
@@ -39,11 +40,11 @@ int main(int argc, char** argv) {
   std::vector<int64_t> batches = {1, 8};
   bool profile = false;
   CLI::App app{"GPT-2 124M KV-cache generation: ember vs PyTorch"};
-  app.add_option("--prompt-len", prompt_len)->check(CLI::PositiveNumber);
-  app.add_option("--new-tokens", new_tokens)->check(CLI::PositiveNumber);
+  app.add_option("--prompt-len", prompt_len)->check(ember::examples::PositiveNumber);
+  app.add_option("--new-tokens", new_tokens)->check(ember::examples::PositiveNumber);
   app.add_option("--batch", batches, "rows per call, one result row each (comma-separated)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(ember::examples::PositiveNumber);
   app.add_flag("--profile", profile, "after timing, profile one more call per batch and print the table");
   if (const int rc = bench::parse_peer_bench_args(app, a, argc, argv); rc >= 0) return rc;
   const Device dev = a.device();

@@ -42,6 +42,7 @@
 #include <ember/ember.h>
 
 #include "gpu_timing.h"
+#include "../examples/common/cli_checks.h"
 
 using namespace ember;
 
@@ -90,25 +91,25 @@ int main(int argc, char** argv) {
   int profile_steps = 0;
   CLI::App app{"GPT training-step throughput: ember vs PyTorch"};
   app.add_option("--preset", preset)->check(CLI::IsMember({"tiny", "gpt2-small", "gpt2"}));
-  app.add_option("--n-layer", n_layer, "override the preset")->check(CLI::PositiveNumber);
-  app.add_option("--n-head", n_head, "override the preset")->check(CLI::PositiveNumber);
-  app.add_option("--n-embd", n_embd, "override the preset")->check(CLI::PositiveNumber);
+  app.add_option("--n-layer", n_layer, "override the preset")->check(ember::examples::PositiveNumber);
+  app.add_option("--n-head", n_head, "override the preset")->check(ember::examples::PositiveNumber);
+  app.add_option("--n-embd", n_embd, "override the preset")->check(ember::examples::PositiveNumber);
   app.add_option("--vocab", vocab, "override the preset's vocabulary (padded to a multiple of 64)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("-B,--batch-size", B)->check(CLI::PositiveNumber);
-  app.add_option("-T,--seq-len", T)->check(CLI::PositiveNumber);
-  app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber);
-  app.add_option("--lr", lr)->check(CLI::PositiveNumber);
+      ->check(ember::examples::PositiveNumber);
+  app.add_option("-B,--batch-size", B)->check(ember::examples::PositiveNumber);
+  app.add_option("-T,--seq-len", T)->check(ember::examples::PositiveNumber);
+  app.add_option("--steps", steps, "timed steps")->check(ember::examples::PositiveNumber);
+  app.add_option("--warmup", warmup)->check(ember::examples::NonNegativeNumber);
+  app.add_option("--lr", lr)->check(ember::examples::PositiveNumber);
   app.add_option("--device", device_name)->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--amp", amp_mode, "off, bf16 (autocast), fp16 (autocast + GradScaler)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));
   app.add_flag("--compile", compile, "the peer runs torch.compile'd (PyTorch >= 2)");
-  app.add_option("--threads", threads, "CPU threads for both sides")->check(CLI::PositiveNumber);
+  app.add_option("--threads", threads, "CPU threads for both sides")->check(ember::examples::PositiveNumber);
   app.add_option("--python", python, "the Python whose torch is the peer");
   app.add_flag("--no-peer", no_peer);
   app.add_option("--profile", profile_steps, "after timing, profile this many ember steps and print the table")
-      ->check(CLI::NonNegativeNumber);
+      ->check(ember::examples::NonNegativeNumber);
   app.add_flag("--cuda-graph", cuda_graph, "ember's step captured in a CUDA graph and replayed (CUDA, bf16/off)");
   CLI11_PARSE(app, argc, argv);
   omp_set_num_threads(threads);

@@ -18,6 +18,7 @@
 #include <ember/ember.h>
 
 #include "gpu_timing.h"
+#include "../examples/common/cli_checks.h"
 
 namespace ember::bench {
 
@@ -67,11 +68,11 @@ inline void add_device_option(CLI::App& app, PeerArgs& a) {
   app.add_option("--device", a.device_name)->check(CLI::IsMember({"cpu", "cuda"}));
 }
 inline void add_timing_options(CLI::App& app, PeerArgs& a) {
-  app.add_option("--steps", a.steps)->check(CLI::PositiveNumber);
-  app.add_option("--warmup", a.warmup)->check(CLI::NonNegativeNumber);
+  app.add_option("--steps", a.steps)->check(ember::examples::PositiveNumber);
+  app.add_option("--warmup", a.warmup)->check(ember::examples::NonNegativeNumber);
 }
 inline void add_peer_options(CLI::App& app, PeerArgs& a) {
-  app.add_option("--threads", a.threads, "CPU threads for both sides")->check(CLI::PositiveNumber);
+  app.add_option("--threads", a.threads, "CPU threads for both sides")->check(ember::examples::PositiveNumber);
   app.add_option("--python", a.python, "the Python whose torch is the peer");
   app.add_flag("--no-peer", a.no_peer);
 }

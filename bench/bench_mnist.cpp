@@ -27,6 +27,7 @@
 #include <CLI/CLI.hpp>
 #include <ember/amp.h>
 #include <ember/ember.h>
+#include "../examples/common/cli_checks.h"
 
 using namespace ember;
 
@@ -78,11 +79,11 @@ int main(int argc, char** argv) {
   bool no_peer = false, cuda_graph = false;
   CLI::App app{"MNIST training throughput: ember vs PyTorch"};
   app.add_option("--model", model_name)->check(CLI::IsMember({"mlp", "cnn"}));
-  app.add_option("--steps", steps)->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber);
-  app.add_option("--batch-size", batch)->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps)->check(ember::examples::PositiveNumber);
+  app.add_option("--warmup", warmup)->check(ember::examples::NonNegativeNumber);
+  app.add_option("--batch-size", batch)->check(ember::examples::PositiveNumber);
   app.add_option("--device", device_name)->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--threads", threads, "CPU threads for both sides")->check(CLI::PositiveNumber);
+  app.add_option("--threads", threads, "CPU threads for both sides")->check(ember::examples::PositiveNumber);
   app.add_option("--data", data_dir);
   app.add_option("--python", python, "the Python whose torch is the peer");
   app.add_flag("--no-peer", no_peer);

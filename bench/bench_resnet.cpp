@@ -28,6 +28,7 @@
 
 #include "../examples/common/resnet_model.h"
 #include "bench_harness.h"
+#include "../examples/common/cli_checks.h"
 
 using namespace ember;
 
@@ -50,12 +51,12 @@ int main(int argc, char** argv) {
   int64_t steps = 20, warmup = 3, batch = 128;
   int profile_steps = 0;
   CLI::App app{"ResNet (examples/resnet.cpp) training-step throughput: ember vs PyTorch on the CPU"};
-  app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber);
-  app.add_option("--batch-size", batch)->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "timed steps")->check(ember::examples::PositiveNumber);
+  app.add_option("--warmup", warmup)->check(ember::examples::NonNegativeNumber);
+  app.add_option("--batch-size", batch)->check(ember::examples::PositiveNumber);
   bench::add_peer_options(app, a);
   app.add_option("--profile", profile_steps, "after timing, profile this many ember steps and print the table")
-      ->check(CLI::NonNegativeNumber);
+      ->check(ember::examples::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   omp_set_num_threads(a.threads);
   const int threads = a.threads;

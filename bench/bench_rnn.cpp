@@ -25,6 +25,7 @@
 #include <ember/ember.h>
 
 #include "bench_harness.h"
+#include "../examples/common/cli_checks.h"
 
 using namespace ember;
 
@@ -62,8 +63,8 @@ int main(int argc, char** argv) {
   int threads = 0;
   bool no_peer = false, profile = false;
   CLI::App app{"bench_rnn: LSTM forward/backward and a char-LSTM training step vs PyTorch (CPU)"};
-  app.add_option("--steps", g_steps, "timed calls per case (median)")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", g_warmup, "untimed calls first")->check(CLI::NonNegativeNumber);
+  app.add_option("--steps", g_steps, "timed calls per case (median)")->check(ember::examples::PositiveNumber);
+  app.add_option("--warmup", g_warmup, "untimed calls first")->check(ember::examples::NonNegativeNumber);
   app.add_option("--threads", threads, "threads for both sides (0: OpenMP's default)");
   app.add_option("--python", python, "the Python whose torch is the peer");
   app.add_flag("--no-peer", no_peer);

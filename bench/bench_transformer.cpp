@@ -27,6 +27,7 @@
 #include <ember/ember.h>
 
 #include "bench_harness.h"
+#include "../examples/common/cli_checks.h"
 
 using namespace ember;
 
@@ -38,11 +39,11 @@ int main(int argc, char** argv) {
   bool no_padding = false;
   CLI::App app{"TransformerEncoderLayer forward/backward: ember vs PyTorch"};
   bench::add_device_option(app, a);
-  app.add_option("--batch", B)->check(CLI::PositiveNumber);
-  app.add_option("--seq", T)->check(CLI::PositiveNumber);
-  app.add_option("--d-model", d_model)->check(CLI::PositiveNumber);
-  app.add_option("--heads", heads)->check(CLI::PositiveNumber);
-  app.add_option("--ff", ff)->check(CLI::PositiveNumber);
+  app.add_option("--batch", B)->check(ember::examples::PositiveNumber);
+  app.add_option("--seq", T)->check(ember::examples::PositiveNumber);
+  app.add_option("--d-model", d_model)->check(ember::examples::PositiveNumber);
+  app.add_option("--heads", heads)->check(ember::examples::PositiveNumber);
+  app.add_option("--ff", ff)->check(ember::examples::PositiveNumber);
   app.add_option("--dropout", dropout)->check(CLI::Range(0.0, 0.99));
   app.add_flag("--no-padding", no_padding, "no src_key_padding_mask");
   bench::add_timing_options(app, a);

@@ -24,6 +24,7 @@
 #include <ember/ember.h>
 
 #include "common/train_log.h"
+#include "common/cli_checks.h"
 
 using namespace ember;
 using ember::examples::ResultLine;
@@ -93,18 +94,18 @@ int main(int argc, char** argv) {
   Config cfg;
   CLI::App app{"ember: a character-level LSTM language model on the Brown corpus"};
   app.add_option("--data", cfg.data, "folder with the Brown corpus (bash scripts/fetch_data.sh brown)");
-  app.add_option("--steps", cfg.steps, "training steps")->check(CLI::PositiveNumber);
+  app.add_option("--steps", cfg.steps, "training steps")->check(ember::examples::PositiveNumber);
   app.add_option("--device", cfg.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--seed", cfg.seed, "seed for initialization and sampling");
-  app.add_option("--hidden", cfg.hidden, "LSTM hidden size")->check(CLI::PositiveNumber);
-  app.add_option("--layers", cfg.layers, "LSTM layers")->check(CLI::PositiveNumber);
-  app.add_option("--batch", cfg.batch, "parallel streams per step")->check(CLI::PositiveNumber);
-  app.add_option("--seq-len", cfg.seq_len, "bytes per stream per step (the BPTT length)")->check(CLI::PositiveNumber);
-  app.add_option("--lr", cfg.lr, "AdamW learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--clip", cfg.clip, "max gradient norm")->check(CLI::PositiveNumber);
-  app.add_option("--eval-every", cfg.eval_every, "report and validate every N steps")->check(CLI::PositiveNumber);
-  app.add_option("--eval-batches", cfg.eval_batches, "validation windows of seq-len per report")->check(CLI::PositiveNumber);
-  app.add_option("--sample", cfg.sample, "bytes to sample at the end (0: none)")->check(CLI::NonNegativeNumber);
+  app.add_option("--hidden", cfg.hidden, "LSTM hidden size")->check(ember::examples::PositiveNumber);
+  app.add_option("--layers", cfg.layers, "LSTM layers")->check(ember::examples::PositiveNumber);
+  app.add_option("--batch", cfg.batch, "parallel streams per step")->check(ember::examples::PositiveNumber);
+  app.add_option("--seq-len", cfg.seq_len, "bytes per stream per step (the BPTT length)")->check(ember::examples::PositiveNumber);
+  app.add_option("--lr", cfg.lr, "AdamW learning rate")->check(ember::examples::PositiveNumber);
+  app.add_option("--clip", cfg.clip, "max gradient norm")->check(ember::examples::PositiveNumber);
+  app.add_option("--eval-every", cfg.eval_every, "report and validate every N steps")->check(ember::examples::PositiveNumber);
+  app.add_option("--eval-batches", cfg.eval_batches, "validation windows of seq-len per report")->check(ember::examples::PositiveNumber);
+  app.add_option("--sample", cfg.sample, "bytes to sample at the end (0: none)")->check(ember::examples::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   try {

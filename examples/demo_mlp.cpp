@@ -16,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 #include <ember/ember.h>
+#include "common/cli_checks.h"
 
 using namespace ember;
 
@@ -27,12 +28,12 @@ int main(int argc, char** argv) {
   std::string device_name = "cpu";
 
   CLI::App app{"ember demo: a 2-layer MLP on synthetic data, trained with hand-written SGD"};
-  app.add_option("--steps", steps, "training steps")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", batch_size, "samples per step")->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "training steps")->check(ember::examples::PositiveNumber);
+  app.add_option("--batch-size", batch_size, "samples per step")->check(ember::examples::PositiveNumber);
   app.add_option("--lr", lr, "SGD learning rate");
-  app.add_option("--hidden", hidden, "hidden units")->check(CLI::PositiveNumber);
-  app.add_option("--samples", samples, "size of the synthetic data set")->check(CLI::PositiveNumber);
-  app.add_option("--log-every", log_every, "print the loss every N steps")->check(CLI::PositiveNumber);
+  app.add_option("--hidden", hidden, "hidden units")->check(ember::examples::PositiveNumber);
+  app.add_option("--samples", samples, "size of the synthetic data set")->check(ember::examples::PositiveNumber);
+  app.add_option("--log-every", log_every, "print the loss every N steps")->check(ember::examples::PositiveNumber);
   app.add_option("--seed", seed, "random seed");
   app.add_option("--device", device_name, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   CLI11_PARSE(app, argc, argv);

@@ -41,6 +41,7 @@
 
 #include "common/profile_steps.h"
 #include "common/train_log.h"
+#include "common/cli_checks.h"
 
 using namespace ember;
 namespace fs = std::filesystem;
@@ -450,12 +451,6 @@ int train(const Config& cfg) {
 int main(int argc, char** argv) {
   Config cfg;
   CLI::App app{"ember: train GPT-2 on token shards (build/bin/gpt-prepare), or sample from a checkpoint"};
-  const CLI::Validator finite_positive(
-      [](const std::string& text) -> std::string {
-        const double v = std::strtod(text.c_str(), nullptr);
-        return std::isfinite(v) && v > 0 ? "" : "must be a finite positive number, not " + text;
-      },
-      "POSITIVE");
   const auto positive_count = CLI::Range(int64_t(1), int64_t(1) << 40);
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later flags win
   app.add_option("--data", cfg.data, "training shards: a .bin file, a folder, or a pattern like dir/x_train_*.bin");
@@ -477,13 +472,13 @@ int main(int argc, char** argv) {
                  "tokens per optimizer step over all ranks (gradient accumulation; default one micro-batch)")
       ->check(positive_count);
   app.add_option("--steps", cfg.steps, "optimizer steps")->check(positive_count);
-  app.add_option("--lr", cfg.lr, "peak AdamW learning rate")->check(finite_positive);
+  app.add_option("--lr", cfg.lr, "peak AdamW learning rate")->check(ember::examples::FinitePositiveNumber);
   app.add_option("--min-lr", cfg.min_lr, "final learning rate of the cosine decay (default lr/10)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--warmup-steps", cfg.warmup_steps, "linear warmup steps")->check(CLI::NonNegativeNumber);
+      ->check(ember::examples::NonNegativeNumber);
+  app.add_option("--warmup-steps", cfg.warmup_steps, "linear warmup steps")->check(ember::examples::NonNegativeNumber);
   app.add_option("--weight-decay", cfg.weight_decay, "AdamW weight decay on matrices and embeddings")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--grad-clip", cfg.grad_clip, "clip the gradient norm to this")->check(finite_positive);
+      ->check(ember::examples::NonNegativeNumber);
+  app.add_option("--grad-clip", cfg.grad_clip, "clip the gradient norm to this")->check(ember::examples::FinitePositiveNumber);
   app.add_option("--amp", cfg.amp, "mixed precision: off, bf16, fp16 (with GradScaler)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));
   app.add_option("--device", cfg.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
@@ -493,29 +488,29 @@ int main(int argc, char** argv) {
                "steps and replay it (--device cuda; docs/performance.md)");
   app.add_flag("--recompute", cfg.recompute, "activation checkpointing: recompute each block in backward");
   app.add_option("--eval-every", cfg.eval_every, "validation loss every N steps (0: never)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(ember::examples::NonNegativeNumber);
   app.add_option("--eval-steps", cfg.eval_steps, "validation micro-batches per evaluation")->check(positive_count);
   app.add_option("--sample-every", cfg.sample_every, "print a generated sample every N steps (0: never)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(ember::examples::NonNegativeNumber);
   app.add_option("--sample-tokens", cfg.sample_tokens, "tokens per sample")->check(positive_count);
   app.add_option("--checkpoint", cfg.checkpoint, "checkpoint folder (saved at the end and every --checkpoint-every)");
-  app.add_option("--checkpoint-every", cfg.checkpoint_every, "also save every N steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--checkpoint-every", cfg.checkpoint_every, "also save every N steps")->check(ember::examples::NonNegativeNumber);
   app.add_flag("--resume", cfg.resume, "continue from the latest checkpoint in --checkpoint");
   app.add_option("--log-every", cfg.log_every, "log a step every N steps")->check(positive_count);
   app.add_option("--out", cfg.out, "folder for metrics.csv and metrics.svg (default: --checkpoint or runs/gpt)");
   app.add_option("--seed", cfg.seed, "seed for initialization, data order and samples");
   app.add_option("--profile", cfg.profile,
                  "profile N steps after 2 warm-up steps: print the op table, write <out>/trace.json, stop")
-      ->check(CLI::NonNegativeNumber);
+      ->check(ember::examples::NonNegativeNumber);
   app.add_flag("--deterministic", cfg.deterministic, "ember::set_deterministic(true)");
   app.add_flag("--generate", cfg.generate,
                "sample from the latest checkpoint in --checkpoint (or from --init-from) instead of training");
   app.add_option("--prompt", cfg.prompt, "--generate: the text to continue");
   app.add_option("--max-new-tokens", cfg.max_new_tokens, "--generate: tokens to sample")->check(positive_count);
   app.add_option("--temperature", cfg.temperature, "--generate: softmax temperature (0: greedy)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(ember::examples::NonNegativeNumber);
   app.add_option("--top-k", cfg.top_k, "--generate: sample among the k likeliest tokens (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(ember::examples::NonNegativeNumber);
   app.add_option("--top-p", cfg.top_p, "--generate: sample among the likeliest tokens holding this probability")
       ->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);

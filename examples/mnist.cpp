@@ -31,6 +31,7 @@
 
 #include "common/profile_steps.h"
 #include "common/train_log.h"
+#include "common/cli_checks.h"
 
 using namespace ember;
 
@@ -381,30 +382,23 @@ int main(int argc, char** argv) {
   app.add_option("--dataset", cfg.dataset, "mnist or fashion-mnist")->check(CLI::IsMember({"mnist", "fashion-mnist"}));
   app.add_option("--model", cfg.model, "mlp (784-512-256-10) or cnn (PyTorch's MNIST example)")
       ->check(CLI::IsMember({"mlp", "cnn"}));
-  app.add_option("--epochs", cfg.epochs, "passes over the training set")->check(CLI::PositiveNumber);
+  app.add_option("--epochs", cfg.epochs, "passes over the training set")->check(ember::examples::PositiveNumber);
   // The bound catches values CLI11 saturates to INT64_MAX; a batch above the data set is one step.
   app.add_option("--batch-size", cfg.batch_size, "images per step")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
-  // PositiveNumber alone lets NaN through (NaN <= 0 is false), and "inf" parses as a number.
-  const CLI::Validator finite_positive(
-      [](const std::string& text) -> std::string {
-        const double v = std::strtod(text.c_str(), nullptr);
-        return std::isfinite(v) && v > 0 ? "" : "must be a finite positive number, not " + text;
-      },
-      "POSITIVE");
-  app.add_option("--lr", cfg.lr, "AdamW learning rate")->check(finite_positive);
-  app.add_option("--weight-decay", cfg.weight_decay, "AdamW decoupled weight decay")->check(CLI::NonNegativeNumber);
+  app.add_option("--lr", cfg.lr, "AdamW learning rate")->check(ember::examples::FinitePositiveNumber);
+  app.add_option("--weight-decay", cfg.weight_decay, "AdamW decoupled weight decay")->check(ember::examples::NonNegativeNumber);
   app.add_option("--device", cfg.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--workers", cfg.workers, "data loader threads (0: load in the training thread)")
       ->check(CLI::Range(0, 64));
   app.add_option("--seed", cfg.seed, "seed for initialization, shuffling and dropout");
   app.add_option("--checkpoint", cfg.checkpoint, "folder for checkpoints (saved every epoch)");
   app.add_option("--checkpoint-every", cfg.checkpoint_every, "also save every N steps (0: epochs only)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(ember::examples::NonNegativeNumber);
   app.add_flag("--resume", cfg.resume, "continue from the latest checkpoint in --checkpoint");
   app.add_option("--max-steps", cfg.max_steps, "stop after N steps in total (0: all epochs)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--log-every", cfg.log_every, "progress and metrics every N steps")->check(CLI::PositiveNumber);
+      ->check(ember::examples::NonNegativeNumber);
+  app.add_option("--log-every", cfg.log_every, "progress and metrics every N steps")->check(ember::examples::PositiveNumber);
   app.add_option("--out", cfg.out, "folder for metrics.csv and metrics.svg (default: --checkpoint or runs/mnist)");
   app.add_option("--amp", cfg.amp,
                  "mixed precision: off, bf16 (autocast), or fp16 (autocast + GradScaler)")
@@ -413,7 +407,7 @@ int main(int argc, char** argv) {
                "ember::set_deterministic(true): deterministic algorithms only (docs/reliability.md)");
   app.add_option("--profile", cfg.profile,
                  "profile N steps after 2 warm-up steps: print the op table, write <out>/trace.json, stop")
-      ->check(CLI::NonNegativeNumber);
+      ->check(ember::examples::NonNegativeNumber);
   app.add_flag("--cuda-graph", cfg.cuda_graph,
                "capture the training step in a CUDA graph after 3 eager steps and replay it (--device cuda, "
                "--model mlp; docs/performance.md)");

@@ -23,6 +23,7 @@
 
 #include <CLI/CLI.hpp>
 #include <ember/ember.h>
+#include "common/cli_checks.h"
 
 using namespace ember;
 
@@ -121,17 +122,17 @@ double accuracy(Classifier& model, const std::vector<Batch>& data, bool use_mask
 int main(int argc, char** argv) {
   Config cfg;
   CLI::App app{"ember: a small Transformer encoder on padded variable-length digit sequences"};
-  app.add_option("--steps", cfg.steps, "training steps")->check(CLI::PositiveNumber);
+  app.add_option("--steps", cfg.steps, "training steps")->check(ember::examples::PositiveNumber);
   app.add_option("--batch-size", cfg.batch_size, "sequences per step")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   app.add_option("--max-len", cfg.max_len, "padded sequence length")->check(CLI::Range(int64_t(1), int64_t(4096)));
-  app.add_option("--d-model", cfg.d_model, "model width")->check(CLI::PositiveNumber);
-  app.add_option("--heads", cfg.heads, "attention heads (must divide --d-model)")->check(CLI::PositiveNumber);
-  app.add_option("--layers", cfg.layers, "encoder layers")->check(CLI::PositiveNumber);
-  app.add_option("--ff", cfg.ff, "feed-forward width")->check(CLI::PositiveNumber);
+  app.add_option("--d-model", cfg.d_model, "model width")->check(ember::examples::PositiveNumber);
+  app.add_option("--heads", cfg.heads, "attention heads (must divide --d-model)")->check(ember::examples::PositiveNumber);
+  app.add_option("--layers", cfg.layers, "encoder layers")->check(ember::examples::PositiveNumber);
+  app.add_option("--ff", cfg.ff, "feed-forward width")->check(ember::examples::PositiveNumber);
   app.add_option("--dropout", cfg.dropout, "dropout (attention, residual, feed-forward)")->check(CLI::Range(0.0, 0.99));
-  app.add_option("--lr", cfg.lr, "AdamW learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--eval-size", cfg.eval_size, "held-out sequences")->check(CLI::PositiveNumber);
-  app.add_option("--log-every", cfg.log_every, "print the loss every N steps")->check(CLI::PositiveNumber);
+  app.add_option("--lr", cfg.lr, "AdamW learning rate")->check(ember::examples::PositiveNumber);
+  app.add_option("--eval-size", cfg.eval_size, "held-out sequences")->check(ember::examples::PositiveNumber);
+  app.add_option("--log-every", cfg.log_every, "print the loss every N steps")->check(ember::examples::PositiveNumber);
   app.add_option("--seed", cfg.seed, "seed for data, initialization and dropout");
   app.add_option("--device", cfg.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   CLI11_PARSE(app, argc, argv);

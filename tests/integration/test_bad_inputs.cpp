@@ -340,13 +340,14 @@ INSTANTIATE_TEST_SUITE_P(
         FlagCase{"mnist", {"--batch-size", "-3"}, "--batch-size"},
         FlagCase{"mnist", {"--batch-size", "abc"}, "--batch-size"},
         FlagCase{"mnist", {"--epochs", "-1"}, "--epochs"},
-        FlagCase{"mnist", {"--epochs", "0"}, "--epochs"},
+        // What the flag needs, not CLI11's "Value 0 not in range 0.000000 to 179769313486..."
+        FlagCase{"mnist", {"--epochs", "0"}, "--epochs: must be a positive number, not 0"},
         FlagCase{"mnist", {"--lr", "-1"}, "--lr"},
         FlagCase{"mnist", {"--lr", "inf"}, "--lr"},
-        // NaN passes CLI11's PositiveNumber check; AdamW rejects it ("invalid learning rate").
-        FlagCase{"mnist", {"--lr", "nan"}, "--lr"},
+        // NaN passes CLI11's own PositiveNumber check (NaN <= 0 is false); ember's refuses it.
+        FlagCase{"mnist", {"--lr", "nan"}, "--lr: must be a finite positive number, not nan"},
         FlagCase{"mnist", {"--lr", "banana"}, "--lr"},
-        FlagCase{"mnist", {"--weight-decay", "-0.1"}, "--weight-decay"},
+        FlagCase{"mnist", {"--weight-decay", "-0.1"}, "--weight-decay: must be zero or a positive number, not -0.1"},
         FlagCase{"mnist", {"--workers", "100000"}, "--workers"},
         FlagCase{"mnist", {"--workers", "-1"}, "--workers"},
         FlagCase{"mnist", {"--log-every", "0"}, "--log-every"},

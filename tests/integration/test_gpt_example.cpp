@@ -256,6 +256,9 @@ TEST_F(GptExample, BadFlagsAndFilesAreNamed) {
       {"--generate", "--checkpoint"},
       {"--data " + root_.string(), "--val-data"},  // the folder holds val.bin too
       {"--cuda-graph", "--cuda-graph needs --device cuda"},
+      // What the option needs, not CLI11's "not in range 0.000000 to 1797693134862315..."
+      {"--eval-every -1", "--eval-every: must be zero or a positive number, not -1"},
+      {"--sample-every -2", "--sample-every: must be zero or a positive number, not -2"},
   };
   for (const Case& c : cases) {
     ProcessResult r = run_gpt(common(out) + "--steps 2 " + c.args);
