@@ -47,6 +47,9 @@ fi
 # EMBER_CUDA_SIM, ember's kernels run on the CPU): the whole suite runs with the simulated GPU
 # hidden (CUDA cases skip, as on a machine without one), then the CUDA cases named in
 # tests/cuda_sim/simulated.txt run on the simulated H100, under ASan.
+# The lines of a list file (tests/cuda_sim/simulated.txt, tests/sanitizer/plain_build_only.txt),
+# one ctest name regex each, # comments and blank lines left out, joined into one regex.
+regex_list() { grep -v '^[[:space:]]*\(#\|$\)' "$1" | paste -sd'|'; }
 asan_dir="${EMBER_ASAN_BUILD_DIR:-build-asan}"
 asan_status=0
 start=$SECONDS
@@ -84,12 +87,11 @@ if ((asan_status == 0)); then
   # Not run under the sanitizers: install.find_package_consumer (it installs the instrumented
   # libraries into a plain consumer project, which cannot link them without -fsanitize), and
   # the long example-training tests of tests/sanitizer/plain_build_only.txt (why: that file).
-  plain_only=$(grep -v '^[[:space:]]*\(#\|$\)' "$root/tests/sanitizer/plain_build_only.txt" | paste -sd'|')
+  plain_only=$(regex_list "$root/tests/sanitizer/plain_build_only.txt")
   CUDA_VISIBLE_DEVICES= ctest --test-dir "$asan_dir" --output-on-failure --timeout 900 -j "$jobs" \
         -E "^install\\.|$plain_only" "$@" || asan_status=$?
   if [[ "$cuda_sim" == ON ]]; then
-    # One ctest name regex per line of simulated.txt (# comments).
-    included=$(grep -v '^[[:space:]]*\(#\|$\)' "$root/tests/cuda_sim/simulated.txt" | paste -sd'|')
+    included=$(regex_list "$root/tests/cuda_sim/simulated.txt")
     log "the CUDA cases in simulation: $included"
     ctest --test-dir "$asan_dir" --output-on-failure --timeout 900 -j "$jobs" -R "$included" "$@" \
       || asan_status=$?

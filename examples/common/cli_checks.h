@@ -14,8 +14,8 @@
 namespace ember::examples {
 
 namespace detail {
-// The number text reads as, or NaN when it is not one number (CLI11 has already converted it
-// to the option's type by the time checks run, so this only decides the bound).
+// The number text reads as, or NaN when it is not one number (checks run on the text before
+// CLI11 converts it, so "abc" is refused here, with this check's message).
 inline double number_of(const std::string& text) {
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);

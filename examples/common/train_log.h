@@ -186,7 +186,7 @@ class MetricsLog {
 };
 
 // The final machine-readable line: result: {"k": v, ...} (numbers as numbers, strings quoted;
-// a value never measured, NaN, is null: JSON has no NaN, and parsers refuse the bare word).
+// a value never measured (NaN) or infinite is null: JSON has neither, parsers refuse the words).
 class ResultLine {
  public:
   ResultLine& num(const std::string& key, double v) {
