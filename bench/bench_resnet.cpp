@@ -1,19 +1,23 @@
 // bench_resnet: one training step of examples/resnet.cpp's ResNet (the same model, from
 // examples/common/resnet_model.h) against its PyTorch twin (bench/peers/resnet_peer.py) in
-// the same run, same thread count, f32: forward, cross-entropy, backward, SGD (momentum 0.9,
-// Nesterov, weight decay 5e-4) and the OneCycleLR step, at batch 128 of 1x28x28 images. Both
-// sides train on a few random batches held in memory, so the input pipeline is not measured.
+// the same run, same thread count and device: forward, cross-entropy, backward, SGD (momentum
+// 0.9, Nesterov, weight decay 5e-4) and the OneCycleLR step, at batch 128 of 1x28x28 images.
+// Both sides train on a few random batches held in memory (on the device), so the input
+// pipeline is not measured.
 //
-//   build/bin/bench_resnet [--steps 20] [--warmup 3] [--batch-size 128] [--threads N]
-//                          [--python PY] [--no-peer] [--profile N]
+//   build/bin/bench_resnet [--device cpu|cuda] [--amp off|bf16] [--steps 20] [--warmup 3]
+//                          [--batch-size 128] [--threads N] [--python PY] [--no-peer] [--profile N]
 //
-// Prints ember's images/s with its per-phase medians (forward, backward, optimizer), each
-// peer run, and with --profile N the profiler table (ops by self CPU time) of N more ember
-// steps; then one `result: {json}` line with both rates and ratio = ember / peer (> 1: ember
-// faster). The peer runs twice, as is and with OPENBLAS_NUM_THREADS=1 (OpenBLAS's own threads
-// on top of torch's OpenMP ones oversubscribe a small machine), and the faster run is the
-// reference; "peer_blas" says which BLAS it ran on (bench/peers/peer_blas.py): "reference"
-// means Debian's torch found the netlib BLAS and the ratio is not against a fair peer.
+// Prints ember's images/s with its per-phase medians (forward, backward, optimizer; on the CPU
+// only: a CUDA step's phases are asynchronous launches, and syncing between them would time
+// something else), each peer run, and with --profile N the profiler table (ops by self time)
+// of N more ember steps; then one `result: {json}` line with both rates and ratio = ember /
+// peer (> 1: ember faster). --amp bf16 runs the forward and loss under autocast on both sides.
+// On the CPU the peer runs twice, as is and with OPENBLAS_NUM_THREADS=1 (OpenBLAS's own
+// threads on top of torch's OpenMP ones oversubscribe a small machine), and the faster run is
+// the reference; "peer_blas" says which BLAS it ran on (bench/peers/peer_blas.py): "reference"
+// means Debian's torch found the netlib BLAS and the ratio is not against a fair peer. On CUDA
+// the peer runs once with cudnn.benchmark on (ember searches cuDNN's algorithms per shape too).
 #include <omp.h>
 
 #include <algorithm>
@@ -23,6 +27,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <ember/amp.h>
 #include <ember/ember.h>
 #include <ember/profiler.h>
 
@@ -50,7 +55,11 @@ int main(int argc, char** argv) {
   bench::PeerArgs a;
   int64_t steps = 20, warmup = 3, batch = 128;
   int profile_steps = 0;
-  CLI::App app{"ResNet (examples/resnet.cpp) training-step throughput: ember vs PyTorch on the CPU"};
+  std::string amp_mode = "off";
+  CLI::App app{"ResNet (examples/resnet.cpp) training-step throughput: ember vs PyTorch"};
+  bench::add_device_option(app, a);
+  app.add_option("--amp", amp_mode, "forward and loss under autocast: off or bf16")
+      ->check(CLI::IsMember({"off", "bf16"}));
   app.add_option("--steps", steps, "timed steps")->check(ember::examples::PositiveNumber);
   app.add_option("--warmup", warmup)->check(ember::examples::NonNegativeNumber);
   app.add_option("--batch-size", batch)->check(ember::examples::PositiveNumber);
@@ -60,9 +69,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   omp_set_num_threads(a.threads);
   const int threads = a.threads;
+  const Device dev = a.device();
+  const bool use_amp = amp_mode == "bf16";
 
   manual_seed(0);
   examples::ResNet model;
+  model.to(dev);
   const double lr = 0.1;
   optim::SGD opt(model.parameters(), {.lr = lr, .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
   // One "epoch" long enough for every step taken here (the schedule's arithmetic is the cost).
@@ -70,21 +82,25 @@ int main(int argc, char** argv) {
   constexpr int kBatches = 4;  // a few distinct batches, cycled
   std::vector<Tensor> xs, ys;
   for (int i = 0; i < kBatches; ++i) {
-    xs.push_back(randn({batch, 1, 28, 28}));
-    ys.push_back(randint(0, 10, {batch}, TensorOptions(DType::i64)));
+    xs.push_back(randn({batch, 1, 28, 28}).to(dev));
+    ys.push_back(randint(0, 10, {batch}, TensorOptions(DType::i64)).to(dev));
   }
 
   std::vector<double> fwd_ms, bwd_ms, opt_ms;
   auto step = [&](int64_t i, bool timed) {
     const auto t0 = Clock::now();
-    Tensor loss = cross_entropy(model.forward(xs[size_t(i % kBatches)]), ys[size_t(i % kBatches)]);
+    Tensor loss;
+    {
+      amp::autocast ac(dev, DType::bf16, use_amp);
+      loss = cross_entropy(model.forward(xs[size_t(i % kBatches)]), ys[size_t(i % kBatches)]);
+    }
     const auto t1 = Clock::now();
     opt.zero_grad();
     loss.backward();
     const auto t2 = Clock::now();
     opt.step();
     sched.step();
-    if (timed) {
+    if (timed && !dev.is_cuda()) {
       fwd_ms.push_back(ms_between(t0, t1));
       bwd_ms.push_back(ms_between(t1, t2));
       opt_ms.push_back(ms_between(t2, Clock::now()));
@@ -92,22 +108,26 @@ int main(int argc, char** argv) {
     return loss;
   };
   for (int64_t i = 0; i < warmup; ++i) step(i, false);
+  if (dev.is_cuda()) cuda::synchronize();
   const auto t0 = Clock::now();
   Tensor loss;
   for (int64_t i = 0; i < steps; ++i) loss = step(warmup + i, true);
+  if (dev.is_cuda()) cuda::synchronize();
   const double seconds = ms_between(t0, Clock::now()) / 1e3;
   const double ember_rate = double(steps * batch) / seconds;
-  std::printf("ember  resnet cpu f32 batch %lld, %d threads: %.1f images/s (%.2f ms/step; medians: forward %.2f, "
-              "backward %.2f, optimizer %.2f), loss %.4f\n",
-              (long long)batch, threads, ember_rate, 1e3 * seconds / double(steps), median(fwd_ms), median(bwd_ms),
-              median(opt_ms), loss.item<double>());
+  std::printf("ember  resnet %s amp %s batch %lld, %d threads: %.1f images/s (%.2f ms/step; medians: forward %.2f, "
+              "backward %.2f, optimizer %.2f%s), loss %.4f\n",
+              a.device_name.c_str(), amp_mode.c_str(), (long long)batch, threads, ember_rate,
+              1e3 * seconds / double(steps), median(fwd_ms), median(bwd_ms), median(opt_ms),
+              dev.is_cuda() ? ": not timed on CUDA" : "", loss.item<double>());
   if (profile_steps > 0) {
     profiler::Profiler prof;
     prof.start();
     for (int64_t i = 0; i < profile_steps; ++i) step(warmup + steps + i, false);
+    if (dev.is_cuda()) cuda::synchronize();
     prof.stop();
     std::printf("ember profile of %d steps:\n%s", profile_steps,
-                prof.key_averages().table("self_cpu_time_total", 25).c_str());
+                prof.key_averages().table(dev.is_cuda() ? "self_cuda_time_total" : "self_cpu_time_total", 25).c_str());
   }
   std::fflush(stdout);
 
@@ -115,8 +135,11 @@ int main(int argc, char** argv) {
   std::string peer_version = "none", peer_env, peer_blas = "unknown";
   if (!a.no_peer) {
     const std::string args = " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup) +
-                             " --batch-size " + std::to_string(batch) + " --threads " + std::to_string(threads);
-    for (const std::string env : {"", "OPENBLAS_NUM_THREADS=1 "}) {
+                             " --batch-size " + std::to_string(batch) + " --threads " + std::to_string(threads) +
+                             " --device " + a.device_name + " --amp " + amp_mode;
+    const std::vector<std::string> envs =
+        dev.is_cuda() ? std::vector<std::string>{""} : std::vector<std::string>{"", "OPENBLAS_NUM_THREADS=1 "};
+    for (const std::string& env : envs) {
       bench::run_peer(a.python, "resnet_peer.py", args, [&](const char* line) {
         char version[128], blas[64];
         double rate = 0, secs = 0, f = 0, b = 0, o = 0;
@@ -137,11 +160,11 @@ int main(int argc, char** argv) {
     if (peer_rate <= 0) std::printf("torch  peer did not run (is torch importable by %s?)\n", a.python.c_str());
   }
   if (!peer_env.empty()) peer_env = " " + peer_env.substr(0, peer_env.size() - 1);
-  std::printf("result: {\"bench\": \"resnet_train\", \"device\": \"cpu\", \"dtype\": \"f32\", \"batch\": %lld, "
-              "\"threads\": %d, \"ember_images_per_s\": %.1f, \"peer_images_per_s\": %.1f, \"ratio\": %.3f, "
+  std::printf("result: {\"bench\": \"resnet_train\", \"device\": \"%s\", \"dtype\": \"f32\", \"amp\": \"%s\", "
+              "\"batch\": %lld, \"threads\": %d, \"ember_images_per_s\": %.1f, \"peer_images_per_s\": %.1f, \"ratio\": %.3f, "
               "\"ember_fwd_ms\": %.3f, \"ember_bwd_ms\": %.3f, \"ember_opt_ms\": %.3f, \"peer\": \"torch %s%s\", "
               "\"peer_blas\": \"%s\"}\n",
-              (long long)batch, threads, ember_rate, peer_rate, peer_rate > 0 ? ember_rate / peer_rate : 0.0,
+              a.device_name.c_str(), amp_mode.c_str(), (long long)batch, threads, ember_rate, peer_rate, peer_rate > 0 ? ember_rate / peer_rate : 0.0,
               median(fwd_ms), median(bwd_ms), median(opt_ms), peer_version.c_str(), peer_env.c_str(),
               peer_blas.c_str());
   return 0;

@@ -2,18 +2,21 @@
 """PyTorch peer of bench_resnet: one training step of examples/resnet.cpp's ResNet, timed the
 same way as ember's side.
 
-    python3 bench/peers/resnet_peer.py --steps 20 --warmup 3 --batch-size 128 --threads 2
+    python3 bench/peers/resnet_peer.py --steps 20 --warmup 3 --batch-size 128 --threads 2 \
+        [--device cpu|cuda] [--amp off|bf16]
 
 Model (the same as examples/common/resnet_model.h): stem conv3x3(1->16, no bias)-BN-ReLU; three
 stages of two torchvision-style BasicBlocks with 16, 32, 64 channels (stride 2 and a 1x1 conv
 + BN shortcut at the start of stages 2 and 3); AdaptiveAvgPool2d(1); Linear(64, 10). Kaiming
 normal (fan_out, relu) convolutions. SGD (lr 0.1, momentum 0.9, Nesterov, weight decay 5e-4)
 and OneCycleLR stepped per batch; cross-entropy; a few random batches held in memory. After
---warmup steps it times --steps and prints
+--warmup steps it times --steps (on CUDA between two synchronizations, with cudnn.benchmark on;
+--amp bf16: forward and loss under torch.autocast) and prints
 
     peer: <images_per_s> <seconds> <torch version> <threads> <fwd_ms> <bwd_ms> <opt_ms>
 
-(the phase times are medians), then the peer_blas line (bench/peers/peer_blas.py).
+(the phase times are medians, 0 on CUDA where they would time launches only), then the
+peer_blas line (bench/peers/peer_blas.py).
 """
 import argparse
 import os
@@ -71,28 +74,35 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--amp", choices=("off", "bf16"), default="off")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    dev = torch.device(args.device)
+    cuda = dev.type == "cuda"
+    torch.backends.cudnn.benchmark = True
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     b = args.batch_size
-    model = ResNet().train()
+    model = ResNet().train().to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4, nesterov=True)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, epochs=1,
                                                 steps_per_epoch=args.warmup + args.steps + 1)
-    batches = [(torch.randn(b, 1, 28, 28), torch.randint(0, 10, (b,))) for _ in range(4)]
+    batches = [(torch.randn(b, 1, 28, 28, device=dev), torch.randint(0, 10, (b,), device=dev)) for _ in range(4)]
     fwd, bwd, upd = [], [], []
 
     def step(i, timed):
         x, y = batches[i % len(batches)]
         t0 = time.perf_counter()
-        loss = F.cross_entropy(model(x), y)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.amp == "bf16"):
+            loss = F.cross_entropy(model(x), y)
         t1 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         t2 = time.perf_counter()
         opt.step()
         sched.step()
-        if timed:
+        if timed and not cuda:
             fwd.append(t1 - t0)
             bwd.append(t2 - t1)
             upd.append(time.perf_counter() - t2)
@@ -100,18 +110,20 @@ def main():
 
     for i in range(args.warmup):
         step(i, False)
+    sync()
     t0 = time.perf_counter()
     for i in range(args.steps):
         loss = step(args.warmup + i, True)
     loss.item()
+    sync()
     seconds = time.perf_counter() - t0
 
     def med(v):
-        return 1e3 * sorted(v)[len(v) // 2]
+        return 1e3 * sorted(v)[len(v) // 2] if v else 0.0
 
     print("peer: %.1f %.4f %s %d %.3f %.3f %.3f" % (args.steps * b / seconds, seconds, torch.__version__, args.threads,
                                                    med(fwd), med(bwd), med(upd)))
-    peer_blas.report("cpu")
+    peer_blas.report(args.device)
 
 
 if __name__ == "__main__":
