@@ -5,19 +5,23 @@
 // Both sides train on a few random batches held in memory (on the device), so the input
 // pipeline is not measured.
 //
-//   build/bin/bench_resnet [--device cpu|cuda] [--amp off|bf16] [--steps 20] [--warmup 3]
-//                          [--batch-size 128] [--threads N] [--python PY] [--no-peer] [--profile N]
+//   build/bin/bench_resnet [--device cpu|cuda] [--amp off|bf16] [--cudnn-benchmark] [--steps 20]
+//                          [--warmup 3] [--batch-size 128] [--threads N] [--python PY] [--no-peer]
+//                          [--profile N]
 //
-// Prints ember's images/s with its per-phase medians (forward, backward, optimizer; on the CPU
-// only: a CUDA step's phases are asynchronous launches, and syncing between them would time
-// something else), each peer run, and with --profile N the profiler table (ops by self time)
-// of N more ember steps; then one `result: {json}` line with both rates and ratio = ember /
-// peer (> 1: ember faster). --amp bf16 runs the forward and loss under autocast on both sides.
+// Prints ember's images/s with its per-phase medians (forward, backward, optimizer: on CUDA
+// the host's time to issue each phase, the step being asynchronous; when their sum is near
+// the step's time, the step is bound by the host), each peer run, and with --profile N the
+// profiler table (ops by self CPU or CUDA time) of N more ember steps; then one `result:
+// {json}` line with both rates and ratio = ember / peer (> 1: ember faster). --amp bf16 runs
+// the forward and loss under autocast on both sides; --cudnn-benchmark turns on cuDNN's
+// measured algorithm choice on both sides (ops::set_cudnn_benchmark, torch.backends.cudnn.
+// benchmark; off, both take cuDNN's heuristics, PyTorch's default).
 // On the CPU the peer runs twice, as is and with OPENBLAS_NUM_THREADS=1 (OpenBLAS's own
 // threads on top of torch's OpenMP ones oversubscribe a small machine), and the faster run is
 // the reference; "peer_blas" says which BLAS it ran on (bench/peers/peer_blas.py): "reference"
 // means Debian's torch found the netlib BLAS and the ratio is not against a fair peer. On CUDA
-// the peer runs once with cudnn.benchmark on (ember searches cuDNN's algorithms per shape too).
+// the peer runs once.
 #include <omp.h>
 
 #include <algorithm>
@@ -29,6 +33,7 @@
 #include <CLI/CLI.hpp>
 #include <ember/amp.h>
 #include <ember/ember.h>
+#include <ember/ops/conv.h>
 #include <ember/profiler.h>
 
 #include "../examples/common/resnet_model.h"
@@ -56,10 +61,12 @@ int main(int argc, char** argv) {
   int64_t steps = 20, warmup = 3, batch = 128;
   int profile_steps = 0;
   std::string amp_mode = "off";
+  bool cudnn_benchmark = false;
   CLI::App app{"ResNet (examples/resnet.cpp) training-step throughput: ember vs PyTorch"};
   bench::add_device_option(app, a);
   app.add_option("--amp", amp_mode, "forward and loss under autocast: off or bf16")
       ->check(CLI::IsMember({"off", "bf16"}));
+  app.add_flag("--cudnn-benchmark", cudnn_benchmark, "time cuDNN's algorithms per convolution shape (both sides)");
   app.add_option("--steps", steps, "timed steps")->check(ember::examples::PositiveNumber);
   app.add_option("--warmup", warmup)->check(ember::examples::NonNegativeNumber);
   app.add_option("--batch-size", batch)->check(ember::examples::PositiveNumber);
@@ -71,6 +78,7 @@ int main(int argc, char** argv) {
   const int threads = a.threads;
   const Device dev = a.device();
   const bool use_amp = amp_mode == "bf16";
+  ops::set_cudnn_benchmark(cudnn_benchmark);
 
   manual_seed(0);
   examples::ResNet model;
@@ -100,7 +108,7 @@ int main(int argc, char** argv) {
     const auto t2 = Clock::now();
     opt.step();
     sched.step();
-    if (timed && !dev.is_cuda()) {
+    if (timed) {
       fwd_ms.push_back(ms_between(t0, t1));
       bwd_ms.push_back(ms_between(t1, t2));
       opt_ms.push_back(ms_between(t2, Clock::now()));
@@ -115,11 +123,11 @@ int main(int argc, char** argv) {
   if (dev.is_cuda()) cuda::synchronize();
   const double seconds = ms_between(t0, Clock::now()) / 1e3;
   const double ember_rate = double(steps * batch) / seconds;
-  std::printf("ember  resnet %s amp %s batch %lld, %d threads: %.1f images/s (%.2f ms/step; medians: forward %.2f, "
-              "backward %.2f, optimizer %.2f%s), loss %.4f\n",
-              a.device_name.c_str(), amp_mode.c_str(), (long long)batch, threads, ember_rate,
-              1e3 * seconds / double(steps), median(fwd_ms), median(bwd_ms), median(opt_ms),
-              dev.is_cuda() ? ": not timed on CUDA" : "", loss.item<double>());
+  std::printf("ember  resnet %s amp %s%s batch %lld, %d threads: %.1f images/s (%.2f ms/step; medians%s: forward "
+              "%.2f, backward %.2f, optimizer %.2f), loss %.4f\n",
+              a.device_name.c_str(), amp_mode.c_str(), cudnn_benchmark ? " cudnn-benchmark" : "", (long long)batch,
+              threads, ember_rate, 1e3 * seconds / double(steps), dev.is_cuda() ? " of the host's time to issue" : "",
+              median(fwd_ms), median(bwd_ms), median(opt_ms), loss.item<double>());
   if (profile_steps > 0) {
     profiler::Profiler prof;
     prof.start();
@@ -136,7 +144,8 @@ int main(int argc, char** argv) {
   if (!a.no_peer) {
     const std::string args = " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup) +
                              " --batch-size " + std::to_string(batch) + " --threads " + std::to_string(threads) +
-                             " --device " + a.device_name + " --amp " + amp_mode;
+                             " --device " + a.device_name + " --amp " + amp_mode +
+                             (cudnn_benchmark ? " --cudnn-benchmark" : "");
     const std::vector<std::string> envs =
         dev.is_cuda() ? std::vector<std::string>{""} : std::vector<std::string>{"", "OPENBLAS_NUM_THREADS=1 "};
     for (const std::string& env : envs) {
@@ -161,10 +170,10 @@ int main(int argc, char** argv) {
   }
   if (!peer_env.empty()) peer_env = " " + peer_env.substr(0, peer_env.size() - 1);
   std::printf("result: {\"bench\": \"resnet_train\", \"device\": \"%s\", \"dtype\": \"f32\", \"amp\": \"%s\", "
-              "\"batch\": %lld, \"threads\": %d, \"ember_images_per_s\": %.1f, \"peer_images_per_s\": %.1f, \"ratio\": %.3f, "
+              "\"cudnn_benchmark\": %s, \"batch\": %lld, \"threads\": %d, \"ember_images_per_s\": %.1f, \"peer_images_per_s\": %.1f, \"ratio\": %.3f, "
               "\"ember_fwd_ms\": %.3f, \"ember_bwd_ms\": %.3f, \"ember_opt_ms\": %.3f, \"peer\": \"torch %s%s\", "
               "\"peer_blas\": \"%s\"}\n",
-              a.device_name.c_str(), amp_mode.c_str(), (long long)batch, threads, ember_rate, peer_rate, peer_rate > 0 ? ember_rate / peer_rate : 0.0,
+              a.device_name.c_str(), amp_mode.c_str(), cudnn_benchmark ? "true" : "false", (long long)batch, threads, ember_rate, peer_rate, peer_rate > 0 ? ember_rate / peer_rate : 0.0,
               median(fwd_ms), median(bwd_ms), median(opt_ms), peer_version.c_str(), peer_env.c_str(),
               peer_blas.c_str());
   return 0;

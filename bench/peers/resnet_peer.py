@@ -3,20 +3,20 @@
 same way as ember's side.
 
     python3 bench/peers/resnet_peer.py --steps 20 --warmup 3 --batch-size 128 --threads 2 \
-        [--device cpu|cuda] [--amp off|bf16]
+        [--device cpu|cuda] [--amp off|bf16] [--cudnn-benchmark]
 
 Model (the same as examples/common/resnet_model.h): stem conv3x3(1->16, no bias)-BN-ReLU; three
 stages of two torchvision-style BasicBlocks with 16, 32, 64 channels (stride 2 and a 1x1 conv
 + BN shortcut at the start of stages 2 and 3); AdaptiveAvgPool2d(1); Linear(64, 10). Kaiming
 normal (fan_out, relu) convolutions. SGD (lr 0.1, momentum 0.9, Nesterov, weight decay 5e-4)
 and OneCycleLR stepped per batch; cross-entropy; a few random batches held in memory. After
---warmup steps it times --steps (on CUDA between two synchronizations, with cudnn.benchmark on;
---amp bf16: forward and loss under torch.autocast) and prints
+--warmup steps it times --steps (on CUDA between two synchronizations; --amp bf16: forward and
+loss under torch.autocast; --cudnn-benchmark: torch.backends.cudnn.benchmark) and prints
 
     peer: <images_per_s> <seconds> <torch version> <threads> <fwd_ms> <bwd_ms> <opt_ms>
 
-(the phase times are medians, 0 on CUDA where they would time launches only), then the
-peer_blas line (bench/peers/peer_blas.py).
+(the phase times are medians: on CUDA the host's time to issue each phase), then the peer_blas
+line (bench/peers/peer_blas.py).
 """
 import argparse
 import os
@@ -76,12 +76,13 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--amp", choices=("off", "bf16"), default="off")
+    ap.add_argument("--cudnn-benchmark", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     b = args.batch_size
     model = ResNet().train().to(dev)
@@ -102,7 +103,7 @@ def main():
         t2 = time.perf_counter()
         opt.step()
         sched.step()
-        if timed and not cuda:
+        if timed:
             fwd.append(t1 - t0)
             bwd.append(t2 - t1)
             upd.append(time.perf_counter() - t2)

@@ -33,7 +33,8 @@
 //   mantissa bits, to nearest, ties away, as cvt.rna.tf32.f32) before the products; FMA_MATH
 //   is exact f32. f16/bf16 products are exact in f32; the result is alpha * sum (+ beta * y
 //   when beta != 0) in the compute type, rounded once to the data type.
-// - Algorithms: the v7 queries rank two algorithms per pass as supported, one needing a
+// - Algorithms: the v7 queries (and the Find*Ex calls, which run them: find()) rank two
+//   algorithms per pass as supported, one needing a
 //   workspace first (so ember's default path allocates one) and one needing none (its
 //   fallback under a workspace limit); the others are listed as NOT_SUPPORTED, as cuDNN lists
 //   the ones that do not apply. A workspace algorithm really uses its workspace (the packed
@@ -521,6 +522,57 @@ cudnnStatus_t query(Pass pass, cudnnHandle_t handle, const cudnnTensorStruct* x,
   return kOk;
 }
 
+// cudnnFind*AlgorithmEx: times every offered algorithm whose workspace fits `workspace_size`
+// by running it on the caller's buffers (alpha 1, beta 0), and ranks them by time; the ones
+// that do not fit say CUDNN_STATUS_ALLOC_FAILED. The real call blocks until its trials are
+// done (it synchronizes), which a stream capturing a graph refuses: EXECUTION_FAILED here.
+// What a trial leaves in the output is unspecified, so it is left all ones (NaN in every
+// floating type): a caller that skips its own run afterwards reads NaN. The simulated times
+// rank the algorithms in the reverse of the heuristics' order, so a caller that kept the
+// heuristics' ranking after a Find would show in what ran (the no-workspace algorithm).
+template <class Perf, class AlgoEnum>
+cudnnStatus_t find(Pass pass, cudnnHandle_t handle, const cudnnTensorStruct* x, const cudnnFilterStruct* w,
+                   const cudnnConvolutionStruct* conv, const cudnnTensorStruct* y, int requested, int* returned,
+                   Perf* perf, void* workspace, size_t workspace_size, const void* in0, const void* in1, void* out) {
+  if (!handle || !returned || !perf || requested < 1 || !in0 || !in1 || !out) return kBad;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(handle->stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone)
+    return CUDNN_STATUS_EXECUTION_FAILED;
+  Geometry g;
+  if (cudnnStatus_t st = geometry(x, w, conv, y, g); st != kOk) return st;
+  int n = 0;
+  if (cudnnStatus_t st = query<Perf, AlgoEnum>(pass, handle, x, w, conv, y, requested, &n, perf); st != kOk) return st;
+  const float one_f = 1.0f, zero_f = 0.0f;
+  const double one_d = 1.0, zero_d = 0.0;
+  const bool f64 = g.data == Data::f64;
+  float time = 1.0f;  // reverse order: each later offered algorithm is faster
+  for (int i = 0; i < n; ++i) {
+    if (perf[i].status != kOk) continue;
+    if (perf[i].memory > workspace_size) {
+      perf[i].status = CUDNN_STATUS_ALLOC_FAILED;
+      perf[i].time = -1.0f;
+      continue;
+    }
+    if (cudnnStatus_t st = run(pass, handle, f64 ? static_cast<const void*>(&one_d) : &one_f,
+                               f64 ? static_cast<const void*>(&zero_d) : &zero_f, g, int(perf[i].algo), workspace,
+                               workspace_size, in0, in1, out);
+        st != kOk)
+      return st;
+    perf[i].time = (time /= 2);
+  }
+  const size_t out_elements = size_t(pass == Pass::forward         ? g.y_elements()
+                                     : pass == Pass::backward_data ? g.x_elements()
+                                                                   : g.w_elements());
+  std::memset(out, 0xff, out_elements * g.element_size());
+  // Fastest first, then the ones that did not run, as cuDNN returns them.
+  std::stable_sort(perf, perf + n, [](const Perf& a, const Perf& b) {
+    const bool ra = a.status == kOk, rb = b.status == kOk;
+    return ra != rb ? ra : ra && a.time < b.time;
+  });
+  *returned = n;
+  return kOk;
+}
+
 cudnnStatus_t workspace_size(Pass pass, cudnnHandle_t handle, const cudnnTensorStruct* x,
                              const cudnnFilterStruct* w, const cudnnConvolutionStruct* conv,
                              const cudnnTensorStruct* y, int algo_id, size_t* bytes) {
@@ -585,6 +637,12 @@ cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream) {
   unsigned flags = 0;
   if (cudaStreamGetFlags(stream, &flags) != cudaSuccess) return kBad;  // not a live stream
   handle->stream = stream;
+  return kOk;
+}
+
+cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t* stream) {
+  if (!handle || !stream) return kBad;
+  *stream = handle->stream;
   return kOk;
 }
 
@@ -704,6 +762,34 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t handl
                                                              const cudnnFilterDescriptor_t dw,
                                                              cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
   return workspace_size(Pass::backward_filter, handle, x, dw, conv, dy, int(algo), bytes);
+}
+
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t handle, const cudnnTensorDescriptor_t xd,
+                                                     const void* x, const cudnnFilterDescriptor_t wd, const void* w,
+                                                     const cudnnConvolutionDescriptor_t conv,
+                                                     const cudnnTensorDescriptor_t yd, void* y, const int requested,
+                                                     int* returned, cudnnConvolutionFwdAlgoPerf_t* perf,
+                                                     void* workspace, size_t workspace_size) {
+  return find<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t>(
+      Pass::forward, handle, xd, wd, conv, yd, requested, returned, perf, workspace, workspace_size, x, w, y);
+}
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(
+    cudnnHandle_t handle, const cudnnFilterDescriptor_t wd, const void* w, const cudnnTensorDescriptor_t dyd,
+    const void* dy, const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t dxd, void* dx,
+    const int requested, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perf, void* workspace,
+    size_t workspace_size) {
+  return find<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(
+      Pass::backward_data, handle, dxd, wd, conv, dyd, requested, returned, perf, workspace, workspace_size, w, dy,
+      dx);
+}
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(
+    cudnnHandle_t handle, const cudnnTensorDescriptor_t xd, const void* x, const cudnnTensorDescriptor_t dyd,
+    const void* dy, const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t dwd, void* dw,
+    const int requested, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perf, void* workspace,
+    size_t workspace_size) {
+  return find<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(
+      Pass::backward_filter, handle, xd, dwd, conv, dyd, requested, returned, perf, workspace, workspace_size, x, dy,
+      dw);
 }
 
 // ---- the convolutions: y = alpha * op(inputs) + beta * y

@@ -10,10 +10,11 @@
 // - Math: f32 computes in f32 on TF32 tensor cores when ember::cuda::allow_tf32() (the one
 //   switch for matmul and conv, read at every call) and in plain FMA f32 otherwise; f16 and
 //   bf16 compute with f32 accumulation on tensor cores; f64 in f64.
-// - Algorithms come from cuDNN's heuristics (cudnnGet*_v7): their ranking is cached per
-//   geometry, and a call runs the first supported one whose workspace is within
-//   ops::cudnn_workspace_limit() and can be allocated (a full card falls back to a leaner
-//   algorithm). Under set_deterministic(true) only deterministic algorithms are candidates
+// - Algorithms come from cuDNN's heuristics (cudnnGet*_v7), or with ops::cudnn_benchmark()
+//   from timing them on the call's buffers (cudnnFind*AlgorithmEx, never while the stream is
+//   captured): the ranking is cached per geometry, and a call runs the first supported one
+//   whose workspace is within ops::cudnn_workspace_limit() and can be allocated (a full card
+//   falls back to a leaner algorithm). Under set_deterministic(true) only deterministic algorithms are candidates
 //   (an error when there is none); otherwise the fastest-ranked ones are, as in PyTorch.
 //   Workspaces are ember allocations (u8 tensors on the device, through the caching
 //   allocator), so they are stream-ordered like the rest.
@@ -166,8 +167,8 @@ struct AlgoChoice {
   size_t workspace;
 };
 
-// cuDNN's heuristic ranking of the supported algorithms for (pass, geometry, dtype, math),
-// cached: under set_deterministic(true) only the deterministic ones (an error when there is
+// cuDNN's ranking of the supported algorithms for (pass, geometry, dtype, math), heuristic
+// or (ops::cudnn_benchmark()) measured, cached: under set_deterministic(true) only the deterministic ones (an error when there is
 // none); otherwise all of them in the heuristics' order, fastest first, as PyTorch does
 // (preferring deterministic ones regardless would give up the fastest algorithms for
 // nothing the user asked for).
@@ -179,14 +180,49 @@ struct Candidates {
   std::atomic<size_t> first{0};
 };
 
-template <class Perf, class Query>
-Candidates& candidates(Pass pass, const ConvSetup& s, Query query) {
+// A device buffer of `bytes` from ember's allocator (kept alive by the returned tensor).
+Tensor workspace(size_t bytes, Device device) {
+  return detail::make_tensor({int64_t(std::max<size_t>(bytes, 1))}, DType::u8, device);
+}
+
+// Whether the handle's stream is being captured into a CUDA graph (a query that fails counts
+// as captured: the caller then avoids anything that synchronizes).
+bool stream_is_capturing(cudnnHandle_t handle) {
+  cudaStream_t stream = nullptr;
+  EMBER_CUDNN_CHECK(cudnnGetStream(handle, &stream));
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: clear it so the next check does not report it
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// A workspace of at most `bytes` for timing algorithms: halved until the allocator can give it.
+Tensor find_workspace(size_t bytes, Device device) {
+  for (;; bytes /= 2) {
+    try {
+      return workspace(bytes, device);
+    } catch (const OutOfMemoryError&) {
+      if (bytes == 0) throw;
+    }
+  }
+}
+
+// `query(n, &returned, perf)` fills perf with the heuristics' ranking; with
+// ops::cudnn_benchmark() and the stream not captured, `find(n, &returned, perf, ws, bytes)`
+// then times the algorithms whose workspace fits `bytes` (the largest the heuristics'
+// candidates need within the limit) and fills perf fastest first.
+template <class Perf, class Query, class Find>
+Candidates& candidates(Pass pass, const ConvSetup& s, Device device, Query query, Find find) {
   static std::mutex mu;
   static std::map<std::vector<int64_t>, Candidates> cache;  // node-based: entries never move
   const bool deterministic = is_deterministic();
+  const bool measure = ops::cudnn_benchmark() && !stream_is_capturing(s.handle);
   std::vector<int64_t> key = s.key;
   key.push_back(int64_t(pass));
   key.push_back(deterministic);
+  key.push_back(measure);
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = cache.find(key);
@@ -196,6 +232,16 @@ Candidates& candidates(Pass pass, const ConvSetup& s, Query query) {
   Perf perf[kMaxAlgos];
   int returned = 0;
   EMBER_CUDNN_CHECK(query(kMaxAlgos, &returned, perf));
+  if (measure) {
+    const int64_t limit = cudnn_workspace_limit();
+    size_t bytes = 0;
+    for (int i = 0; i < returned; ++i)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && (limit < 0 || perf[i].memory <= uint64_t(limit)))
+        bytes = std::max(bytes, perf[i].memory);
+    const Tensor ws = find_workspace(bytes, device);
+    returned = 0;
+    EMBER_CUDNN_CHECK(find(kMaxAlgos, &returned, perf, ws.data_ptr(), size_t(ws.numel())));
+  }
   std::vector<AlgoChoice> out;
   for (int i = 0; i < returned; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS && (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC))
@@ -211,11 +257,6 @@ Candidates& candidates(Pass pass, const ConvSetup& s, Query query) {
   auto [it, fresh] = cache.try_emplace(std::move(key));
   if (fresh) it->second.algos = std::move(out);
   return it->second;
-}
-
-// A device buffer of `bytes` from ember's allocator (kept alive by the returned tensor).
-Tensor workspace(size_t bytes, Device device) {
-  return detail::make_tensor({int64_t(std::max<size_t>(bytes, 1))}, DType::u8, device);
 }
 
 // Runs the first candidate whose workspace (size_of(algo)) is within cudnn_workspace_limit()
@@ -348,9 +389,15 @@ __global__ void max_pool2d_gather_fwd_kernel(const U* gx, const int64_t* indices
 void conv2d_fwd_kernel(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                        const Conv2dParams& p) {
   ConvSetup s(x.sizes(), w.sizes(), y.sizes(), x.dtype(), x.device(), p);
-  auto& cands = candidates<cudnnConvolutionFwdAlgoPerf_t>(Pass::forward, s, [&](int n, int* got, auto* perf) {
-    return cudnnGetConvolutionForwardAlgorithm_v7(s.handle, s.x.d, s.w.d, s.conv.d, s.y.d, n, got, perf);
-  });
+  auto& cands = candidates<cudnnConvolutionFwdAlgoPerf_t>(
+      Pass::forward, s, x.device(),
+      [&](int n, int* got, auto* perf) {
+        return cudnnGetConvolutionForwardAlgorithm_v7(s.handle, s.x.d, s.w.d, s.conv.d, s.y.d, n, got, perf);
+      },
+      [&](int n, int* got, auto* perf, void* ws, size_t bytes) {  // writes y, which the run overwrites
+        return cudnnFindConvolutionForwardAlgorithmEx(s.handle, s.x.d, x.data_ptr(), s.w.d, w.data_ptr(), s.conv.d,
+                                                      s.y.d, y.data_ptr(), n, got, perf, ws, bytes);
+      });
   run_first_that_fits(
       cands, s, x.device(), "forward",
       [&](int algo) {
@@ -378,9 +425,14 @@ void conv2d_fwd_kernel(const Tensor& x, const Tensor& w, const Tensor& bias, con
 
 void conv2d_bwd_input_kernel(const Tensor& gy, const Tensor& w, const Tensor& gx, const Conv2dParams& p) {
   ConvSetup s(gx.sizes(), w.sizes(), gy.sizes(), gy.dtype(), gy.device(), p);
-  auto& cands =
-      candidates<cudnnConvolutionBwdDataAlgoPerf_t>(Pass::backward_data, s, [&](int n, int* got, auto* perf) {
+  auto& cands = candidates<cudnnConvolutionBwdDataAlgoPerf_t>(
+      Pass::backward_data, s, gy.device(),
+      [&](int n, int* got, auto* perf) {
         return cudnnGetConvolutionBackwardDataAlgorithm_v7(s.handle, s.w.d, s.y.d, s.conv.d, s.x.d, n, got, perf);
+      },
+      [&](int n, int* got, auto* perf, void* ws, size_t bytes) {  // writes gx, which the run overwrites
+        return cudnnFindConvolutionBackwardDataAlgorithmEx(s.handle, s.w.d, w.data_ptr(), s.y.d, gy.data_ptr(),
+                                                           s.conv.d, s.x.d, gx.data_ptr(), n, got, perf, ws, bytes);
       });
   run_first_that_fits(
       cands, s, gy.device(), "input-gradient",
@@ -400,9 +452,15 @@ void conv2d_bwd_input_kernel(const Tensor& gy, const Tensor& w, const Tensor& gx
 
 void conv2d_bwd_weight_kernel(const Tensor& gy, const Tensor& x, const Tensor& gw, const Conv2dParams& p) {
   ConvSetup s(x.sizes(), gw.sizes(), gy.sizes(), gy.dtype(), gy.device(), p);
-  auto& cands =
-      candidates<cudnnConvolutionBwdFilterAlgoPerf_t>(Pass::backward_filter, s, [&](int n, int* got, auto* perf) {
+  auto& cands = candidates<cudnnConvolutionBwdFilterAlgoPerf_t>(
+      Pass::backward_filter, s, gy.device(),
+      [&](int n, int* got, auto* perf) {
         return cudnnGetConvolutionBackwardFilterAlgorithm_v7(s.handle, s.x.d, s.y.d, s.conv.d, s.w.d, n, got, perf);
+      },
+      [&](int n, int* got, auto* perf, void* ws, size_t bytes) {  // writes gw, which the run overwrites
+        return cudnnFindConvolutionBackwardFilterAlgorithmEx(s.handle, s.x.d, x.data_ptr(), s.y.d, gy.data_ptr(),
+                                                             s.conv.d, s.w.d, gw.data_ptr(), n, got, perf, ws,
+                                                             bytes);
       });
   run_first_that_fits(
       cands, s, gy.device(), "weight-gradient",

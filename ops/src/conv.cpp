@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "ember/ops/elementwise.h"
 #include "ember/ops/reduce.h"
@@ -90,6 +91,16 @@ std::atomic<int64_t> g_cudnn_workspace_limit{[] {
 
 void set_cudnn_workspace_limit(int64_t bytes) { g_cudnn_workspace_limit.store(bytes, std::memory_order_relaxed); }
 int64_t cudnn_workspace_limit() { return g_cudnn_workspace_limit.load(std::memory_order_relaxed); }
+
+namespace {
+std::atomic<bool> g_cudnn_benchmark{[] {
+  const char* env = std::getenv("EMBER_CUDNN_BENCHMARK");
+  return env && std::string_view(env) == "1";
+}()};
+}  // namespace
+
+void set_cudnn_benchmark(bool on) { g_cudnn_benchmark.store(on, std::memory_order_relaxed); }
+bool cudnn_benchmark() { return g_cudnn_benchmark.load(std::memory_order_relaxed); }
 
 int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation) {
   return (in + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1;

@@ -601,4 +601,55 @@ TEST_P(ConvDevice, WorkspaceLimitFallsBackToLeanerAlgorithms) {
   }
 }
 
+// ops::set_cudnn_benchmark(true): the first call of a geometry times cuDNN's algorithms on its
+// own buffers and later calls run the fastest, from the cache; both agree with the CPU (the
+// simulation's cuDNN leaves NaN in the output after its trials, so a result that skipped the
+// real run would show). A geometry first seen inside a graph capture is not measured (that
+// synchronizes, which a capture refuses: the simulation fails such a Find) and still captures
+// and replays with the heuristics' choice.
+TEST_P(ConvDevice, BenchmarkModeMatchesCpuAndCapturesUnmeasuredGeometries) {
+  const Device dev = GetParam();
+  EMBER_SKIP_IF_NO_DEVICE(dev);
+  cuda::AllowTF32Guard exact_f32(false);
+  struct RestoreBenchmark {
+    bool prev = ops::cudnn_benchmark();
+    ~RestoreBenchmark() { ops::set_cudnn_benchmark(prev); }
+  } restore;
+  ops::set_cudnn_benchmark(true);
+  // Geometries no other test uses, so that their cache entries are made here.
+  const ops::Conv2dParams p{{2, 1}, {1, 2}, {1, 1}, 1};
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Tensor x = randn({3, 6, 13, 11}).to(dt), w = randn({10, 6, 3, 3}).to(dt);
+    Tensor y_cpu = ops::conv2d(x, w, Tensor(), p);
+    Tensor dy = randn(y_cpu.sizes()).to(dt);
+    Tensor gx_cpu = ops::conv2d_backward_input(dy, w, x.sizes(), p);
+    Tensor gw_cpu = ops::conv2d_backward_weight(dy, x, w.sizes(), p);
+    Tensor xd = x.to(dev), wd = w.to(dev), dyd = dy.to(dev);
+    const double k = conv_tol(dt, false);
+    for (int call = 0; call < 2; ++call) {  // measured, then from the cache
+      SCOPED_TRACE(str(dt, call == 0 ? " measured" : " cached"));
+      EXPECT_TRUE(close_at_scale(ops::conv2d(xd, wd, Tensor(), p), y_cpu, k));
+      EXPECT_TRUE(close_at_scale(ops::conv2d_backward_input(dyd, wd, x.sizes(), p), gx_cpu, k));
+      EXPECT_TRUE(close_at_scale(ops::conv2d_backward_weight(dyd, xd, w.sizes(), p), gw_cpu, k));
+    }
+  }
+  const ops::Conv2dParams q{{1, 2}, {2, 1}, {1, 1}, 2};
+  Tensor x = randn({2, 4, 9, 10}), w = randn({6, 2, 3, 3});
+  Tensor y_cpu = ops::conv2d(x, w, Tensor(), q);
+  Tensor dy = randn(y_cpu.sizes());
+  Tensor xd = x.to(dev), wd = w.to(dev), dyd = dy.to(dev);
+  Tensor y, gx, gw;
+  cuda::Graph graph;
+  {
+    cuda::GraphCapture capture(graph);
+    y = ops::conv2d(xd, wd, Tensor(), q);
+    gx = ops::conv2d_backward_input(dyd, wd, x.sizes(), q);
+    gw = ops::conv2d_backward_weight(dyd, xd, w.sizes(), q);
+  }
+  graph.replay();
+  EXPECT_TRUE(close_at_scale(y, y_cpu, 2e-5));
+  EXPECT_TRUE(close_at_scale(gx, ops::conv2d_backward_input(dy, w, x.sizes(), q), 2e-5));
+  EXPECT_TRUE(close_at_scale(gw, ops::conv2d_backward_weight(dy, x, w.sizes(), q), 2e-5));
+}
+
 INSTANTIATE_TEST_SUITE_P(Cuda, ConvDevice, ::testing::ValuesIn(test::cuda_devices()), test::device_label);

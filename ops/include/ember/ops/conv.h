@@ -43,6 +43,19 @@ bool conv_winograd();
 void set_cudnn_workspace_limit(int64_t bytes);
 int64_t cudnn_workspace_limit();
 
+// torch.backends.cudnn.benchmark: on, the first CUDA convolution of each geometry (per pass,
+// dtype and math) times cuDNN's algorithms on the call's own buffers (cudnnFind*AlgorithmEx,
+// with a workspace up to the largest the heuristics' candidates need within the limit above)
+// and ranks them by measured time; later calls of that geometry run the fastest, from a
+// cache. The measurement synchronizes the device once per geometry, so it is skipped while
+// the stream is being captured into a CUDA graph (the heuristics' ranking serves, and the
+// geometry is measured at its next uncaptured call). Under set_deterministic(true) only
+// deterministic algorithms are measured. Default false (cuDNN's heuristics alone, no
+// synchronization), or true when the environment has EMBER_CUDNN_BENCHMARK=1. Read at every
+// call; one atomic flag shared by all threads.
+void set_cudnn_benchmark(bool on);
+bool cudnn_benchmark();
+
 // x [N, C, H, W], weight [O, C / groups, kH, kW], bias [O] or undefined -> [N, O, Ho, Wo].
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);
 // Gradients of conv2d given grad [N, O, Ho, Wo]: w.r.t. the input (of shape input_sizes),
