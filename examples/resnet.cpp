@@ -5,7 +5,7 @@
 //
 //   bash scripts/fetch_data.sh fashion-mnist         # data/fashion-mnist/ (Debian package)
 //   build/bin/resnet                                 # 4 epochs on the CPU (2 reach 91%)
-//   build/bin/resnet --device cuda --amp bf16 --epochs 10
+//   build/bin/resnet --device cuda --amp bf16 --epochs 10 --cudnn-benchmark
 //   build/bin/resnet --limit 512 --epochs 2          # a quick smoke run on 512 images
 //
 // Per epoch it prints the mean training loss, images/s and the test loss and accuracy, and at
@@ -24,6 +24,7 @@
 
 #include <CLI/CLI.hpp>
 #include <ember/amp.h>
+#include <ember/ops/conv.h>
 #include <ember/ember.h>
 
 #include "common/resnet_model.h"
@@ -40,6 +41,7 @@ struct Config {
   int workers = 1;
   double lr = 0.1, weight_decay = 5e-4;
   uint64_t seed = 0;
+  bool cudnn_benchmark = false;
 };
 
 struct Eval {
@@ -73,6 +75,7 @@ Eval evaluate(ResNet& model, const data::Dataset& split, int64_t n, Device dev, 
 
 int run(const Config& cfg) {
   const Device dev = cfg.device == "cuda" ? Device::cuda(0) : Device::cpu();
+  ops::set_cudnn_benchmark(cfg.cudnn_benchmark);
   manual_seed(cfg.seed);
   data::FashionMNIST train_set(cfg.data, data::Split::train);
   data::FashionMNIST test_set(cfg.data, data::Split::test);
@@ -164,6 +167,9 @@ int main(int argc, char** argv) {
   app.add_option("--workers", cfg.workers, "data loader threads (0: load in the training thread)")
       ->check(CLI::Range(0, 64));
   app.add_option("--seed", cfg.seed, "seed for initialization and shuffling");
+  app.add_flag("--cudnn-benchmark", cfg.cudnn_benchmark,
+               "CUDA: time cuDNN's algorithms at each convolution shape's first use and run the fastest "
+               "(torch.backends.cudnn.benchmark)");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(cfg);

@@ -155,8 +155,8 @@ fi
 # choose. Proven so far (docs/gpu-status.md): memcheck over the CUDA cases of every test binary
 # (test_distributed's NCCL cases on the third run: its only reports are NCCL's own probes,
 # cudaFuncGetAttributes answering "no kernel image" inside libnccl); racecheck over every CUDA
-# suite of test_ops but SortScanCuda, and over test_optim, test_amp, test_autograd: 0 hazards
-# in ember's kernels.
+# test case (the fourth run, 2026-11-28, finished SortScanCuda and test_nn): 0 hazards in
+# ember's kernels.
 if have sanitize && [[ -x $bin/test_ops ]]; then
   # The tests that provoke CUDA API errors on purpose run apart (tests/sanitizer/cuda_provoked_errors.txt).
   provoked_list=$(sed -e '/^#/d' -e '/^[[:space:]]*$/d' -e 's/[[:space:]].*//' tests/sanitizer/cuda_provoked_errors.txt)
@@ -177,15 +177,12 @@ if have sanitize && [[ -x $bin/test_ops ]]; then
   printf 'memcheck-provoked: %s kernel memory errors (API errors provoked on purpose: %s)\n' \
     "$(grep -cE 'Invalid (global|shared|local)|Misaligned|Out of range' "$logs/memcheck-provoked.log")" \
     "$(grep -c 'Program hit' "$logs/memcheck-provoked.log")" >> "$sum"
-  # What no card has racechecked yet (the third run, 2026-11-27 on an H100, did the rest):
-  # ENTRY is binary:gtest-filter[:seconds] (60 s unless given; the filter as written, so a
-  # suite takes its own `.*`). Under racecheck the sort test's hundreds of bitonic launches ran
-  # past 70 s: the sort and scan tests of one dtype per key width come first (the kernels are
-  # templates on the key type; the OtherDtypes tests add no kernel code), and test_nn's model
-  # tests (GPT, Llama under capture) are the slowest: each gets its own step and time.
-  race_default="test_ops:SortScanCuda.SortTopkMatchCpuExactly:SortScanCuda.CompositesMatchCpu:200
-    test_ops:SortScanCuda.ScansMatchCpu:90 test_nn:ActivationsCuda.*:LossesCuda.*:Rnn.*Cuda*:Cuda/PoolLayersDevice.*
-    test_nn:Devices/*/cuda:120 test_nn:Arch/CausalLMTorch.OnCuda*:120 test_nn:GPTCuda.*:180 test_nn:LlamaCuda.*:180"
+  # What no card has racechecked yet: the sort and scan tests' other dtypes (the same kernel
+  # code in other instantiations; one dtype per key width took 175 s) and the new cuDNN
+  # benchmark-mode test. ENTRY is binary:gtest-filter[:seconds] (60 s unless given; the filter
+  # as written, so a suite takes its own `.*`). Timings on an H100 under racecheck (fourth
+  # run): test_nn's 25 CUDA cases 122 s in five steps, SortScanCuda 180 s.
+  race_default="test_ops:Cuda/ConvDevice.BenchmarkMode*:60 test_ops:SortScanCuda.*OtherDtypes:300"
   for entry in ${GPU_RUN_RACECHECK:-$race_default}; do
     t=${entry%%:*} suite=${entry#*:} secs=60
     [[ $suite == *:* && ${suite##*:} =~ ^[0-9]+$ ]] && secs=${suite##*:} suite=${suite%:*}
