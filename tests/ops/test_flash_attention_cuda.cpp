@@ -3,7 +3,9 @@
 // every result is compared with the CPU composite in f64 on the same rounded values, and the
 // profiler range the path opens ("flash_attention_fwd" / "_bwd") proves it ran: the generic
 // kernels it falls back to give the same values, so values alone could not tell.
-// GPU-only: every test skips without a CUDA device.
+// GPU-only: every test skips without a CUDA device. In the CUDA simulation (issue 39:
+// tests/cuda_sim/simulated.txt) the sequences of 1024 are left out (a 1024 x 1024 head costs
+// minutes there; the tiles, partial tiles and the causal diagonal are all reached by 100).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -114,6 +116,7 @@ TEST(FlashAttentionCuda, MatchesCpuContiguous) {
           c.D = D;
           c.causal = causal;
           if (causal && c.Tq > c.Tk) continue;
+          if (cuda::is_simulated() && c.Tk == 1024) continue;
           SCOPED_TRACE(name_of(dt, c));
           const Tensor q = randn_on({c.B, c.H, c.Tq, D}, dt, gen);
           const Tensor k = randn_on({c.B, c.H, c.Tk, D}, dt, gen);
@@ -124,7 +127,8 @@ TEST(FlashAttentionCuda, MatchesCpuContiguous) {
 }
 
 // q, k, v as interleaved strided views of one [B, T, 3, H, D] buffer (GPT's packed
-// projection: the stride over T is 3 H D, over heads D), with B * H = 48 heads.
+// projection: the stride over T is 3 H D, over heads D), with B * H = 48 heads (3 in the
+// simulation).
 TEST(FlashAttentionCuda, MatchesCpuOnPackedStridedViews) {
   EMBER_SKIP_WITHOUT_CUDA();
   Generator gen(20);
@@ -132,7 +136,9 @@ TEST(FlashAttentionCuda, MatchesCpuOnPackedStridedViews) {
     for (int64_t D : {64, 128})
       for (int64_t T : {17, 100, 1024})
         for (bool causal : {false, true}) {
-          const int64_t B = T == 1024 ? 1 : 4, H = T == 1024 ? 3 : 12;
+          const bool sim = cuda::is_simulated();  // fewer heads there: the strides are the point
+          if (sim && T == 1024) continue;
+          const int64_t B = T == 1024 || sim ? 1 : 4, H = T == 1024 || sim ? 3 : 12;
           SCOPED_TRACE(str(dtype_name(dt), " packed B", B, " H", H, " T", T, " D", D,
                            causal ? " causal" : ""));
           const Tensor qkv = randn_on({B, T, 3, H, D}, dt, gen);
