@@ -34,8 +34,8 @@
 //   is exact f32. f16/bf16 products are exact in f32; the result is alpha * sum (+ beta * y
 //   when beta != 0) in the compute type, rounded once to the data type.
 // - Algorithms: the v7 queries (and the Find*Ex calls, which run them: find()) rank two
-//   algorithms per pass as supported, one needing a
-//   workspace first (so ember's default path allocates one) and one needing none (its
+//   algorithms per pass as supported, one needing a workspace first (so ember's default
+//   path allocates one) and one needing none (its
 //   fallback under a workspace limit); the others are listed as NOT_SUPPORTED, as cuDNN lists
 //   the ones that do not apply. A workspace algorithm really uses its workspace (the packed
 //   filter, or the filter-gradient accumulators, live there), writing all of its bytes: a run
@@ -528,8 +528,9 @@ cudnnStatus_t query(Pass pass, cudnnHandle_t handle, const cudnnTensorStruct* x,
 // done (it synchronizes), which a stream capturing a graph refuses: EXECUTION_FAILED here.
 // What a trial leaves in the output is unspecified, so it is left all ones (NaN in every
 // floating type): a caller that skips its own run afterwards reads NaN. The simulated times
-// rank the algorithms in the reverse of the heuristics' order, so a caller that kept the
-// heuristics' ranking after a Find would show in what ran (the no-workspace algorithm).
+// rank the algorithms in the reverse of the heuristics' order (the one needing no workspace
+// first), so a caller that follows the measured ranking runs another algorithm than its
+// heuristic path would.
 template <class Perf, class AlgoEnum>
 cudnnStatus_t find(Pass pass, cudnnHandle_t handle, const cudnnTensorStruct* x, const cudnnFilterStruct* w,
                    const cudnnConvolutionStruct* conv, const cudnnTensorStruct* y, int requested, int* returned,

@@ -14,8 +14,9 @@
 //   from timing them on the call's buffers (cudnnFind*AlgorithmEx, never while the stream is
 //   captured): the ranking is cached per geometry, and a call runs the first supported one
 //   whose workspace is within ops::cudnn_workspace_limit() and can be allocated (a full card
-//   falls back to a leaner algorithm). Under set_deterministic(true) only deterministic algorithms are candidates
-//   (an error when there is none); otherwise the fastest-ranked ones are, as in PyTorch.
+//   falls back to a leaner algorithm). Under set_deterministic(true) only deterministic
+//   algorithms are candidates (an error when there is none); otherwise the fastest-ranked
+//   ones are, as in PyTorch.
 //   Workspaces are ember allocations (u8 tensors on the device, through the caching
 //   allocator), so they are stream-ordered like the rest.
 // - max_pool2d backward uses no float atomics: it is deterministic and adds in the CPU's
@@ -168,10 +169,10 @@ struct AlgoChoice {
 };
 
 // cuDNN's ranking of the supported algorithms for (pass, geometry, dtype, math), heuristic
-// or (ops::cudnn_benchmark()) measured, cached: under set_deterministic(true) only the deterministic ones (an error when there is
-// none); otherwise all of them in the heuristics' order, fastest first, as PyTorch does
-// (preferring deterministic ones regardless would give up the fastest algorithms for
-// nothing the user asked for).
+// or (ops::cudnn_benchmark()) measured, cached: under set_deterministic(true) only the
+// deterministic ones (an error when there is none); otherwise all of them in the ranking's
+// order, fastest first, as PyTorch does (preferring deterministic ones regardless would give
+// up the fastest algorithms for nothing the user asked for).
 // The ranked candidates of one convolution, and where to start: after a candidate's workspace
 // could not be had, later calls start at the one that ran, instead of failing the same
 // allocations again (each failure empties the allocator's cache, a device-wide wait).
