@@ -181,7 +181,7 @@ if have sanitize && [[ -x $bin/test_ops ]]; then
   # code in other instantiations; one dtype per key width took 175 s) and the new cuDNN
   # benchmark-mode test. ENTRY is binary:gtest-filter[:seconds] (60 s unless given; the filter
   # as written, so a suite takes its own `.*`). Timings on an H100 under racecheck (fourth
-  # run): test_nn's 25 CUDA cases 122 s in five steps, SortScanCuda 180 s.
+  # run): test_nn's 25 CUDA cases 115 s in five steps, SortScanCuda 180 s.
   race_default="test_ops:Cuda/ConvDevice.BenchmarkMode*:60 test_ops:SortScanCuda.*OtherDtypes:300"
   for entry in ${GPU_RUN_RACECHECK:-$race_default}; do
     t=${entry%%:*} suite=${entry#*:} secs=60
