@@ -14,7 +14,8 @@
 // peer's composite with masked_fill. Defaults: CPU f32 32x4x64x32c,8x12x256x64c (the
 // MNIST-sized and GPT-small-sized cases), 32x4x64x32p,8x12x256x64p,8x12x256x64m (masked);
 // CUDA bf16 16x12x1024x64c (GPT-2 124M), 8x16x2048x128c, 16x12x1024x64 (not causal),
-// 16x12x1024x64p (generic kernels: the tensor-core path takes no masks).
+// 16x12x1024x64p, 16x12x1024x64m, 8x16x2048x128p (masked: the tensor-core kernels with the
+// mask read per score; the peer's SDPA picks its memory-efficient kernel, flash takes no mask).
 //
 // FLOPs: 4*B*H*T*T*D for the forward (two GEMMs), 2.5x that for the backward (five GEMMs, one
 // of them the forward's recomputed scores), both halved for causal attention (masked cases
@@ -116,7 +117,7 @@ int main(int argc, char** argv) {
   const Device dev = device_name == "cuda" ? Device::cuda(0) : Device::cpu();
   if (dtype_name_arg.empty()) dtype_name_arg = dev.is_cuda() ? "bf16" : "f32";
   if (shapes.empty())
-    shapes = dev.is_cuda() ? "16x12x1024x64c,8x16x2048x128c,16x12x1024x64,16x12x1024x64p"
+    shapes = dev.is_cuda() ? "16x12x1024x64c,8x16x2048x128c,16x12x1024x64,16x12x1024x64p,16x12x1024x64m,8x16x2048x128p"
                            : "32x4x64x32c,8x12x256x64c,32x4x64x32p,8x12x256x64p,8x12x256x64m";
   const DType dtype = dtype_name_arg == "bf16" ? DType::bf16 : dtype_name_arg == "f16" ? DType::f16 : DType::f32;
 

@@ -28,12 +28,13 @@
 // - Backward without atomics (deterministic, Note [deterministic CUDA reductions]): Delta =
 //   rowsum(dO * O) first, then one kernel owns dK and dV rows (loops over query tiles) and one
 //   owns dQ rows (loops over key tiles), each summing in a fixed order.
-// - Mask and dropout (Note [attention masks and dropout]) run only in the generic kernels: a
-//   call with either never tries path 1 (it knows neither; it must not run and ignore them).
-//   Each score the generic kernels form passes through Extras: the mask element read through
-//   its broadcast strides (bool false -> -inf, float added), then, for the probabilities, the
-//   dropout keep / (1 - p) regenerated from Philox per element (the CPU's layout, so both
-//   devices drop the same elements). A row that saw no key ends with l = 0: out = 0 and
+// - Mask and dropout (Note [attention masks and dropout]): path 1 takes masks (bool, or f32
+//   after the front's conversion), never dropout: a call with dropout never tries it (it
+//   draws no Philox numbers; it must not run and ignore them). Each score the generic kernels
+//   form passes through Extras: the mask element read through its broadcast strides (bool
+//   false -> -inf, float added), then, for the probabilities, the dropout keep / (1 - p)
+//   regenerated from Philox per element (the CPU's layout, so both devices drop the same
+//   elements). A row that saw no key ends with l = 0: out = 0 and
 //   lse = +inf, so the backward's exp(s - lse) is 0 across it.
 // - Every launch is followed by EMBER_CUDA_CHECK_LAUNCH; shared memory above 48 KiB is opted
 //   into per launch with cudaFuncSetAttribute.
@@ -510,7 +511,8 @@ void attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const T
 void attention_fwd_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                           const Tensor& lse, const AttentionKernelExtras& extras, bool causal,
                           double scale) {
-  if (!extras.any() && flash_attention_fwd(q, k, v, out, lse, causal, scale)) return;
+  if (extras.dropout_p <= 0 && flash_attention_fwd(q, k, v, out, lse, extras.mask, causal, scale))
+    return;
   visit_floating(q.dtype(), [&](auto tag) {
     attention_fwd<decltype(tag)>(q, k, v, out, lse, extras, causal, scale);
   });
@@ -520,7 +522,8 @@ void attention_bwd_kernel(const Tensor& grad, const Tensor& q, const Tensor& k, 
                           const Tensor& out, const Tensor& lse, const Tensor& dq,
                           const Tensor& dk, const Tensor& dv, const AttentionKernelExtras& extras,
                           bool causal, double scale) {
-  if (!extras.any() && flash_attention_bwd(grad, q, k, v, out, lse, dq, dk, dv, causal, scale))
+  if (extras.dropout_p <= 0 &&
+      flash_attention_bwd(grad, q, k, v, out, lse, dq, dk, dv, extras.mask, causal, scale))
     return;
   visit_floating(q.dtype(), [&](auto tag) {
     attention_bwd<decltype(tag)>(grad, q, k, v, out, lse, dq, dk, dv, extras, causal, scale);

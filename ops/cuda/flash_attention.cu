@@ -4,7 +4,9 @@
 //
 // Design note (invariants a reviewer checks):
 // - Handles: f16 or bf16 (one dtype for all operands), D = 64 or 128, any Tq, Tk >= 1, causal
-//   or not, every operand 4-D with stride(3) == 1, strides of dims 0..2 non-negative multiples
+//   or not, with or without an attn_mask (bool or f32, any non-negative strides over
+//   [B, H, Tq, Tk]; never with dropout, which the caller keeps in the generic kernels), every
+//   operand 4-D with stride(3) == 1, strides of dims 0..2 non-negative multiples
 //   of 8 elements (or the dim has size 1), data 16-byte aligned, lse f32 [B, H, Tq]
 //   contiguous, ceil(T / 64) <= 65535, B * H < 2^31 and the Delta grid within gridDim.x.
 //   Anything else returns false having launched nothing. A profiler range names the path taken
@@ -31,9 +33,16 @@
 //   rounded to the input dtype for the products, as FlashAttention does; all accumulation f32.
 // - Masking: key j is visible to query i when j < Tk and (not causal or j <= i + Tk - Tq).
 //   Tiles entirely past the causal diagonal are never visited (loop bounds); tiles crossing it
-//   or the sequence end are masked element by element. Every valid row sees key 0, so its
-//   running max is finite after the first tile; a row that has seen nothing keeps m = -inf
-//   and is guarded (alpha = 0, not NaN).
+//   or the sequence end are masked element by element. Without an attn_mask every valid row
+//   sees key 0; with one a row may see nothing for a tile or for good: it keeps m = -inf and
+//   is guarded (alpha = 0, p = 0, not NaN), and a row that saw nothing at all stores lse =
+//   +inf, so the backward's 2^(x - lse) is 0 across it (Note [attention masks and dropout]).
+// - attn_mask (the kMask instantiations; the unmasked kernels are compiled without it): each
+//   score, once scaled into the log2 domain, reads its mask element (b, h, i, j) through the
+//   mask's own strides (stride 0 on broadcast dims: a key-padding mask is one cached row per
+//   head): bool false -> -inf, f32 added times log2(e). The same rule recomputes P in both
+//   backward kernels. Padding rows and columns past Tq / Tk read nothing. The kernels keep
+//   every tile (a fully masked tile is computed and gives P = 0).
 // - Backward (deterministic, no atomics, Note [deterministic CUDA reductions]): Delta =
 //   rowsum(dO * O) in f32 (scratch from the caching allocator on the current stream, summed in
 //   a fixed lane order), then dK/dV (block owns 64 keys, loops over query tiles recomputing
@@ -51,6 +60,8 @@
 //   flash_bwd_delta_kernel D=64:  28 regs, 0          D=128:  28 regs,  0 (256 threads)
 //   flash_bwd_dkdv_kernel  D=64: 226 regs, 56320 B    D=128: 255 regs, 105472 B
 //   flash_bwd_dq_kernel    D=64: 140 regs, 55296 B    D=128: 165 regs, 104448 B
+// With a mask (the same shared memory): forward 154 / 204 regs, dK/dV 240 / 255, dQ 214 / 232,
+// still 0 spills.
 // (dK/dV at D = 128 holds 128 f32 accumulators per thread; it takes the query tile in two
 // halves of 32 and reloads its K/V fragments from shared memory to stay under 255.)
 #include <cuda_bf16.h>
@@ -90,8 +101,27 @@ struct Operand {
   __device__ const uint16_t* head(int64_t b, int64_t h) const { return ptr + b * s0 + h * s1; }
 };
 
+// The attention mask (Note [attention masks and dropout]) as the kernels read it: element
+// (b, h, i, j) of its [B, H, Tq, Tk] view at ptr + b*s0 + h*s1 + i*s2 + j*s3 (stride 0 on the
+// broadcast dims, never expanded in memory); bool (one byte) keeps the score where nonzero,
+// f32 is added to the scaled score. Read only by the kMask instantiations.
+struct MaskView {
+  const void* ptr;
+  int64_t s0, s1, s2, s3;
+  bool is_bool;
+  __device__ __forceinline__ int64_t head(int64_t b, int64_t h) const { return b * s0 + h * s1; }
+  // x, a score already scaled into the log2 domain, after the mask element (i, j) of the head
+  // at `head` (i < Tq, j < Tk: the caller keeps padding rows and columns out).
+  __device__ __forceinline__ float apply(int64_t head, int64_t i, int64_t j, float x) const {
+    const int64_t at = head + i * s2 + j * s3;
+    if (is_bool) return static_cast<const uint8_t*>(ptr)[at] != 0 ? x : -INFINITY;
+    return fmaf(static_cast<const float*>(ptr)[at], kLog2e, x);
+  }
+};
+
 struct FwdParams {
   Operand q, k, v, out;
+  MaskView mask;
   float* lse;
   int64_t H, Tq, Tk;
   float scale_log2;
@@ -100,6 +130,7 @@ struct FwdParams {
 
 struct BwdParams {
   Operand q, k, v, dout, dq, dk, dv;
+  MaskView mask;
   const float* lse;
   const float* delta;
   int64_t H, Tq, Tk;
@@ -360,7 +391,7 @@ __device__ __forceinline__ void gemm_xb(float (&acc)[D / 8][4], const float (&x)
 
 // ------------------------------------------------------------------ forward
 
-template <class S, int D>
+template <class S, int D, bool kMask>
 __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FwdParams p) {
   using T = Tile<D>;
   EMBER_DYNAMIC_SHARED_MEMORY(smem);
@@ -421,6 +452,10 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FwdParams p) 
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float x = s[n][e] * p.scale_log2;
+        if constexpr (kMask) {
+          const int64_t i = row0 + 8 * (e >> 1), j = j0 + n * 8 + 2 * t + (e & 1);
+          if (i < p.Tq && j < p.Tk) x = p.mask.apply(p.mask.head(b, h), i, j, x);
+        }
         if (need_mask) {
           const int jl = n * 8 + 2 * t + (e & 1), il = g + (e >> 1) * 8;
           if (jl >= kv_lim || (p.causal && jl > il + diag)) x = -INFINITY;
@@ -466,7 +501,9 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FwdParams p) 
     l[r] = quad_sum(l[r]);
     inv[r] = l[r] > 0.f ? 1.f / l[r] : 0.f;
     const int64_t i = row0 + 8 * r;
-    if (t == 0 && i < p.Tq) p.lse[bh * p.Tq + i] = (m[r] + log2f(l[r])) * kLn2;
+    // A row that saw no key (every one masked) has l = 0: out 0 and lse +inf, so the
+    // backward's 2^(x - lse) is 0 across it (Note [attention masks and dropout]).
+    if (t == 0 && i < p.Tq) p.lse[bh * p.Tq + i] = l[r] > 0.f ? (m[r] + log2f(l[r])) * kLn2 : INFINITY;
   }
   const int64_t wrow = q0 + warp * 16;
   store_rows<S, D>(o, inv[0], inv[1], qs + warp * 16 * T::pitch,
@@ -504,7 +541,7 @@ __global__ void __launch_bounds__(256) flash_bwd_delta_kernel(const Operand o, c
 }
 
 // dK, dV for 64 keys (warp w owns keys n0 + 16w ..), looping over query tiles.
-template <class S, int D>
+template <class S, int D, bool kMask>
 __global__ void __launch_bounds__(kThreads) flash_bwd_dkdv_kernel(const BwdParams p) {
   using T = Tile<D>;
   constexpr bool kCacheA = D == 64;  // K, V fragments in registers (D = 128 would spill)
@@ -607,7 +644,15 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dkdv_kernel(const BwdParam
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float lse_i = (e & 1) ? lv.y : lv.x, d_i = (e & 1) ? dv2.y : dv2.x;
-          float pv = exp2_fast(fmaf(st[n][e], p.scale_log2, -lse_i * kLog2e));
+          float pv;
+          if constexpr (kMask) {
+            float x = st[n][e] * p.scale_log2;
+            const int64_t i = i0 + c0 + n * 8 + 2 * t + (e & 1), j = n0 + warp * 16 + g + (e >> 1) * 8;
+            if (i < p.Tq && j < p.Tk) x = p.mask.apply(p.mask.head(b, h), i, j, x);
+            pv = exp2_fast(x - lse_i * kLog2e);  // a masked x (-inf) minus any lse: 0
+          } else {
+            pv = exp2_fast(fmaf(st[n][e], p.scale_log2, -lse_i * kLog2e));
+          }
           if (need_mask) {
             const int il = c0 + n * 8 + 2 * t + (e & 1), jl = g + (e >> 1) * 8;
             if (il >= q_lim || (p.causal && jl > il + diag)) pv = 0.f;
@@ -634,7 +679,7 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dkdv_kernel(const BwdParam
 }
 
 // dQ for 64 queries (warp w owns queries q0 + 16w ..), looping over key tiles.
-template <class S, int D>
+template <class S, int D, bool kMask>
 __global__ void __launch_bounds__(kThreads) flash_bwd_dq_kernel(const BwdParams p) {
   using T = Tile<D>;
   constexpr bool kCacheA = D == 64;  // Q, dO fragments in registers
@@ -718,7 +763,15 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dq_kernel(const BwdParams 
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
-        float pv = exp2_fast(fmaf(s[n][e], p.scale_log2, -lse2[r]));
+        float pv;
+        if constexpr (kMask) {
+          float x = s[n][e] * p.scale_log2;
+          const int64_t i = row0 + 8 * r, j = j0 + n * 8 + 2 * t + (e & 1);
+          if (i < p.Tq && j < p.Tk) x = p.mask.apply(p.mask.head(b, h), i, j, x);
+          pv = exp2_fast(x - lse2[r]);  // a masked x (-inf) minus any lse: 0
+        } else {
+          pv = exp2_fast(fmaf(s[n][e], p.scale_log2, -lse2[r]));
+        }
         if (need_mask) {
           const int jl = n * 8 + 2 * t + (e & 1), il = g + r * 8;
           if (jl >= kv_lim || (p.causal && jl > il + diag)) pv = 0.f;
@@ -773,6 +826,45 @@ bool lse_ok(const Tensor& lse, const Tensor& q) {
          lse.is_contiguous() && lse.numel() == q.sizes()[0] * q.sizes()[1] * q.sizes()[2];
 }
 
+// An attn_mask the kernels can read: undefined (none), or bool / f32 viewed as [B, H, Tq, Tk]
+// with non-negative strides on q's device (the front's form: ops/src/attention.cpp).
+bool mask_ok(const Tensor& m, const Tensor& q, int64_t Tk) {
+  if (!m.defined()) return true;
+  if ((m.dtype() != DType::b8 && m.dtype() != DType::f32) || m.dim() != 4 || m.device() != q.device())
+    return false;
+  if (m.sizes()[0] != q.sizes()[0] || m.sizes()[1] != q.sizes()[1] || m.sizes()[2] != q.sizes()[2] ||
+      m.sizes()[3] != Tk)
+    return false;
+  for (int i = 0; i < 4; ++i)
+    if (m.stride(i) < 0) return false;
+  return true;
+}
+
+MaskView mask_view(const Tensor& m) {
+  if (!m.defined()) return {nullptr, 0, 0, 0, 0, false};
+  auto s = [&](int i) { return m.sizes()[i] == 1 ? int64_t(0) : m.stride(i); };
+  return {m.data_ptr(), s(0), s(1), s(2), s(3), m.dtype() == DType::b8};
+}
+
+// Calls f(S{}, D, masked) with compile-time values: one instantiation per (dtype, head dim,
+// masked or not), so the unmasked kernels carry no trace of the mask (registers, instructions).
+template <class F>
+void dispatch(DType dt, int64_t D, bool masked, F&& f) {
+  auto on_mask = [&](auto s_tag, auto d_tag) {
+    if (masked) f(s_tag, d_tag, std::true_type{});
+    else f(s_tag, d_tag, std::false_type{});
+  };
+  using D64 = std::integral_constant<int, 64>;
+  using D128 = std::integral_constant<int, 128>;
+  if (dt == DType::f16) {
+    if (D == 64) on_mask(Half{}, D64{});
+    else on_mask(Half{}, D128{});
+  } else {
+    if (D == 64) on_mask(BFloat16{}, D64{});
+    else on_mask(BFloat16{}, D128{});
+  }
+}
+
 // The shapes every kernel shares: dims, tile counts inside the grid limits.
 bool shape_ok(const Tensor& q, const Tensor& k, bool causal) {
   if (q.dim() != 4 || k.dim() != 4) return false;
@@ -791,17 +883,17 @@ bool shape_ok(const Tensor& q, const Tensor& k, bool causal) {
   return true;
 }
 
-template <class S, int D>
+template <class S, int D, bool kMask>
 void launch_fwd(const FwdParams& prm, int64_t BH, int64_t Tq, cudaStream_t stream) {
   constexpr size_t bytes = 5 * size_t(Tile<D>::bytes);
-  auto kernel = flash_fwd_kernel<S, D>;
+  auto kernel = flash_fwd_kernel<S, D, kMask>;
   allow_smem(kernel, bytes);
   const dim3 grid(unsigned(BH), unsigned((Tq + kBlock - 1) / kBlock));
   ::ember::cuda::launch_kernel(kernel, grid, kThreads, bytes, stream, prm);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
-template <class S, int D>
+template <class S, int D, bool kMask>
 void launch_bwd(const BwdParams& prm, const Operand& out, float* delta, int64_t BH,
                 cudaStream_t stream) {
   const int64_t rows = BH * prm.Tq;
@@ -812,7 +904,7 @@ void launch_bwd(const BwdParams& prm, const Operand& out, float* delta, int64_t 
   EMBER_CUDA_CHECK_LAUNCH();
 
   constexpr size_t kv_bytes = 6 * size_t(Tile<D>::bytes) + 4 * kBlock * sizeof(float);
-  auto kv_kernel = flash_bwd_dkdv_kernel<S, D>;
+  auto kv_kernel = flash_bwd_dkdv_kernel<S, D, kMask>;
   allow_smem(kv_kernel, kv_bytes);
   ::ember::cuda::launch_kernel(kv_kernel, dim3(unsigned(BH), unsigned((prm.Tk + kBlock - 1) / kBlock)), kThreads,
                                kv_bytes, stream,
@@ -820,7 +912,7 @@ void launch_bwd(const BwdParams& prm, const Operand& out, float* delta, int64_t 
   EMBER_CUDA_CHECK_LAUNCH();
 
   constexpr size_t q_bytes = 6 * size_t(Tile<D>::bytes);
-  auto q_kernel = flash_bwd_dq_kernel<S, D>;
+  auto q_kernel = flash_bwd_dq_kernel<S, D, kMask>;
   allow_smem(q_kernel, q_bytes);
   ::ember::cuda::launch_kernel(q_kernel, dim3(unsigned(BH), unsigned((prm.Tq + kBlock - 1) / kBlock)), kThreads,
                                q_bytes, stream,
@@ -831,42 +923,39 @@ void launch_bwd(const BwdParams& prm, const Operand& out, float* delta, int64_t 
 }  // namespace
 
 bool flash_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                         const Tensor& lse, bool causal, double scale) {
+                         const Tensor& lse, const Tensor& mask, bool causal, double scale) {
   if (!q.defined() || !k.defined() || !shape_ok(q, k, causal)) return false;
   const DType dt = q.dtype();
   const int64_t Tq = q.sizes()[2], Tk = k.sizes()[2], D = q.sizes()[3];
   if (!operand_ok(q, dt, q, Tq, D) || !operand_ok(k, dt, q, Tk, D) ||
-      !operand_ok(v, dt, q, Tk, D) || !operand_ok(out, dt, q, Tq, D) || !lse_ok(lse, q))
+      !operand_ok(v, dt, q, Tk, D) || !operand_ok(out, dt, q, Tq, D) || !lse_ok(lse, q) ||
+      !mask_ok(mask, q, Tk))
     return false;
   const int64_t BH = q.sizes()[0] * q.sizes()[1];
   // A named range (one relaxed load when no profiler runs) so that a profile, and the tests,
   // can tell that this path ran rather than the generic kernels, which give the same values.
   const ember::profiler::RecordFunction range("flash_attention_fwd");
-  FwdParams prm{operand(q),  operand(k),       operand(v),
-                operand(out), lse.data_ptr<float>(), q.sizes()[1],
-                Tq,          Tk,               float(scale * 1.4426950408889634),
-                causal};
+  const FwdParams prm{operand(q), operand(k), operand(v), operand(out), mask_view(mask),
+                      lse.data_ptr<float>(), q.sizes()[1], Tq, Tk,
+                      float(scale * 1.4426950408889634), causal};
   const auto on = ember::cuda::detail::on_device(q.device());
-  if (dt == DType::f16) {
-    if (D == 64) launch_fwd<Half, 64>(prm, BH, Tq, on.stream);
-    else launch_fwd<Half, 128>(prm, BH, Tq, on.stream);
-  } else {
-    if (D == 64) launch_fwd<BFloat16, 64>(prm, BH, Tq, on.stream);
-    else launch_fwd<BFloat16, 128>(prm, BH, Tq, on.stream);
-  }
+  dispatch(dt, D, mask.defined(), [&](auto s_tag, auto d_tag, auto m_tag) {
+    launch_fwd<decltype(s_tag), decltype(d_tag)::value, decltype(m_tag)::value>(prm, BH, Tq, on.stream);
+  });
   return true;
 }
 
 bool flash_attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v,
                          const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
-                         const Tensor& dv, bool causal, double scale) {
+                         const Tensor& dv, const Tensor& mask, bool causal, double scale) {
   if (!q.defined() || !k.defined() || !shape_ok(q, k, causal)) return false;
   const DType dt = q.dtype();
   const int64_t Tq = q.sizes()[2], Tk = k.sizes()[2], D = q.sizes()[3];
   if (!operand_ok(q, dt, q, Tq, D) || !operand_ok(k, dt, q, Tk, D) ||
       !operand_ok(v, dt, q, Tk, D) || !operand_ok(out, dt, q, Tq, D) ||
       !operand_ok(grad, dt, q, Tq, D) || !operand_ok(dq, dt, q, Tq, D) ||
-      !operand_ok(dk, dt, q, Tk, D) || !operand_ok(dv, dt, q, Tk, D) || !lse_ok(lse, q))
+      !operand_ok(dk, dt, q, Tk, D) || !operand_ok(dv, dt, q, Tk, D) || !lse_ok(lse, q) ||
+      !mask_ok(mask, q, Tk))
     return false;
   const int64_t BH = q.sizes()[0] * q.sizes()[1];
   const ember::profiler::RecordFunction range("flash_attention_bwd");  // as in the forward
@@ -882,6 +971,7 @@ bool flash_attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, c
                 operand(dq),
                 operand(dk),
                 operand(dv),
+                mask_view(mask),
                 lse.data_ptr<float>(),
                 delta.data_ptr<float>(),
                 q.sizes()[1],
@@ -892,13 +982,9 @@ bool flash_attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, c
                 causal};
   const Operand o = operand(out);
   float* dp = delta.data_ptr<float>();
-  if (dt == DType::f16) {
-    if (D == 64) launch_bwd<Half, 64>(prm, o, dp, BH, on.stream);
-    else launch_bwd<Half, 128>(prm, o, dp, BH, on.stream);
-  } else {
-    if (D == 64) launch_bwd<BFloat16, 64>(prm, o, dp, BH, on.stream);
-    else launch_bwd<BFloat16, 128>(prm, o, dp, BH, on.stream);
-  }
+  dispatch(dt, D, mask.defined(), [&](auto s_tag, auto d_tag, auto m_tag) {
+    launch_bwd<decltype(s_tag), decltype(d_tag)::value, decltype(m_tag)::value>(prm, o, dp, BH, on.stream);
+  });
   return true;
 }
 

@@ -5,8 +5,9 @@
 // composite. Broadcast masks (key padding [B, 1, 1, Tk], [Tq, Tk], [1, H, 1, Tk]) of both
 // kinds, non-contiguous q, k, v and masks, several 64-row blocks, gradcheck in f64, dropout
 // statistics and reproducibility, fully masked rows, errors; on CUDA: the generic kernels
-// against the CPU, and proof (the tensor-core path's profiler range) that a masked call never
-// takes the tensor-core path, which knows no masks.
+// (dropout, or any dtype) and the tensor-core kernels (f16/bf16 masks) against the CPU, and
+// proof (the tensor-core path's profiler range) of which path ran: masks take the tensor-core
+// path, dropout never does.
 #include <cmath>
 #include <limits>
 
@@ -14,6 +15,7 @@
 #include <ember/ops/index.h>
 #include <ember/profiler.h>
 
+#include "support/attention_check.h"
 #include "support/test_support.h"
 
 namespace ember::test {
@@ -316,9 +318,11 @@ int64_t flash_ranges(F&& fn) {
   return n;
 }
 
-// bf16, D = 64, aligned: the tensor-core path's case. With a mask or dropout it must run the
-// generic kernels (the tensor-core kernels know neither and would silently ignore them).
-TEST(AttentionMaskCuda, MaskedCallsNeverTakeTheTensorCorePath) {
+// bf16, D = 64, aligned: the tensor-core path's case. It takes masks (bool, and floating ones
+// after the front's conversion to f32), never dropout: the Philox draws of Note [attention
+// masks and dropout] live in the generic kernels only, and the tensor-core kernels must not
+// run and ignore them.
+TEST(AttentionMaskCuda, MasksTakeTheTensorCorePathDropoutDoesNot) {
   EMBER_SKIP_WITHOUT_CUDA();
   Generator gen(47);
   const Device dev = Device::cuda(0);
@@ -332,11 +336,80 @@ TEST(AttentionMaskCuda, MaskedCallsNeverTakeTheTensorCorePath) {
     ops::scaled_dot_product_attention_backward(g, q, k, v, f.out, f.lse, ex, false);
     return f.out;
   };
-  // Sanity: unmasked, the tensor-core path runs (so the zero below means something).
   EXPECT_EQ(flash_ranges([&] { fwd_bwd({}); }), 2);
-  Tensor kp = ones({B, 1, 1, T}, TensorOptions(DType::b8).device(dev));
-  EXPECT_EQ(flash_ranges([&] { fwd_bwd({.attn_mask = kp, .dropout_p = 0.0, .rng = {}}); }), 0);
+  const Tensor kp = ones({B, 1, 1, T}, TensorOptions(DType::b8).device(dev));
+  const Tensor fm = randn({T, T}, DType::f64, &gen).to(dev, DType::bf16);
+  EXPECT_EQ(flash_ranges([&] { fwd_bwd({.attn_mask = kp, .dropout_p = 0.0, .rng = {}}); }), 2);
+  EXPECT_EQ(flash_ranges([&] { fwd_bwd({.attn_mask = fm, .dropout_p = 0.0, .rng = {}}); }), 2);
   EXPECT_EQ(flash_ranges([&] { fwd_bwd({.attn_mask = Tensor(), .dropout_p = 0.1, .rng = {1, 0}}); }), 0);
+  EXPECT_EQ(flash_ranges([&] { fwd_bwd({.attn_mask = kp, .dropout_p = 0.1, .rng = {1, 0}}); }), 0);
+}
+
+// The tensor-core kernels with masks against the CPU in f64 on the same rounded values, within
+// the FlashAttention error budgets of tests/support/attention_check.h: every form of masks_for
+// (bool and floating, key padding, transposed, expanded) and a bool mask hiding row 1
+// entirely and row 3's whole first 64-key tile (the forward's "nothing visible yet" guard;
+// lse +inf and zero gradients on row 1), with Tq = 70 and Tk = 90: partial tiles on both
+// sides, two key tiles.
+TEST(AttentionMaskCuda, TensorCorePathMatchesCpu) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  Generator gen(51);
+  const Device dev = Device::cuda(0);
+  const int64_t B = 2, H = 2, Tq = 70, Tk = 90;
+  std::vector<MaskCase> cases = masks_for(B, H, Tq, Tk, gen);
+  std::vector<double> keepv(size_t(Tq * Tk));
+  const std::vector<double> coin = rand({Tq * Tk}, DType::f64, &gen).to_vector<double>();
+  for (int64_t i = 0; i < Tq; ++i)
+    for (int64_t j = 0; j < Tk; ++j) {
+      const size_t e = size_t(i * Tk + j);
+      keepv[e] = i == 1 ? 0 : i == 3 ? (j >= 64 && coin[e] > 0.3) || j == 89 : (j == 0 || coin[e] > 0.5);
+    }
+  cases.push_back({"bool [Tq,Tk] hiding row 1 and row 3's first tile", tensor<double>(keepv, {Tq, Tk}).gt(0.5)});
+  for (DType dt : {DType::bf16, DType::f16})
+    for (int64_t D : {64, 128})
+      for (const MaskCase& m : cases) {
+        // The mask code is the same for both dtypes (only the 16-bit packing differs, which
+        // the unmasked flash tests cover): the simulation runs bf16 only.
+        if (cuda::is_simulated() && dt == DType::f16) continue;
+        SCOPED_TRACE(str(dtype_name(dt), " D ", D, " ", m.name));
+        // The rounded inputs in f64 on the CPU; the mask as the kernels read it (bool, or the
+        // floating mask in f32, the front's conversion), the same values on both sides.
+        const Tensor q = heads({B, H, Tq, D}, gen).to(dt).to(DType::f64);
+        const Tensor k = heads({B, H, Tk, D}, gen).to(dt).to(DType::f64);
+        const Tensor v = heads({B, H, Tk, D}, gen).to(dt).to(DType::f64);
+        const Tensor g = heads({B, H, Tq, D}, gen).to(dt).to(DType::f64);
+        const Tensor mask = m.mask.dtype() == DType::b8 ? m.mask : m.mask.to(DType::f32);
+        const ops::AttentionExtras cpu{mask.dtype() == DType::b8 ? mask : mask.to(DType::f64), 0.0, {}};
+        const ops::AttentionForward rf = ops::scaled_dot_product_attention_forward(q, k, v, cpu, false);
+        const ops::AttentionBackward rb =
+            ops::scaled_dot_product_attention_backward(g, q, k, v, rf.out, rf.lse, cpu, false);
+
+        const ops::AttentionExtras gpu{mask.to(dev), 0.0, {}};
+        const Tensor qd = q.to(dev, dt), kd = k.to(dev, dt), vd = v.to(dev, dt), gd = g.to(dev, dt);
+        ops::AttentionForward gf;
+        ops::AttentionBackward gb;
+        EXPECT_EQ(flash_ranges([&] {
+                    gf = ops::scaled_dot_product_attention_forward(qd, kd, vd, gpu, false);
+                    gb = ops::scaled_dot_product_attention_backward(gd, qd, kd, vd, gf.out, gf.lse, gpu, false);
+                  }),
+                  2);
+        const double budget = attention_budget(dt, std::max({Tq, Tk, D}));
+        EXPECT_TRUE(within_budget(gf.out, rf.out, budget)) << "out";
+        // lse: +inf exactly on the hidden rows, within its budget elsewhere.
+        const Tensor hidden = rf.lse.isinf();
+        const Tensor glse = gf.lse.to(Device::cpu(), DType::f64);
+        EXPECT_TRUE(all_close(where(hidden, glse, kInf), full_like(glse, kInf), 0, 0)) << "lse of hidden rows";
+        EXPECT_TRUE(within_budget(where(hidden, 0.0, glse), where(hidden, 0.0, rf.lse),
+                                  attention_lse_budget(std::max({Tq, Tk, D}))))
+            << "lse";
+        const double bwd = budget + unit_roundoff(dt);
+        const AttentionTermScales terms = attention_term_scales(q, k, v, g, false, cpu.attn_mask);
+        EXPECT_TRUE(within_budget(gb.dq, rb.dq, bwd, std::sqrt(double(D)), terms.dq)) << "dq";
+        EXPECT_TRUE(within_budget(gb.dk, rb.dk, bwd, std::sqrt(double(D)), terms.dk)) << "dk";
+        EXPECT_TRUE(within_budget(gb.dv, rb.dv, bwd)) << "dv";
+        for (const Tensor& t : {gf.out, gb.dq, gb.dk, gb.dv})
+          EXPECT_EQ(t.isnan().to(DType::f64).sum().item<double>(), 0.0) << "NaN in a result";
+      }
 }
 
 // The generic CUDA kernels with masks (every form) and dropout against the CPU on the same

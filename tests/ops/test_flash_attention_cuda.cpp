@@ -23,13 +23,6 @@ using namespace ember;
 
 namespace {
 
-// lse is computed in f32 from the exact products of the rounded inputs (no 16-bit rounding
-// of its own), so its budget is f32-sized: an lse off by a small constant (a wrong log base or
-// scale folded in twice) is caught here, not only through the backward.
-double lse_budget_of(int64_t n) {
-  return std::ldexp(1.0, -14) + 8 * std::sqrt(double(n)) * std::ldexp(1.0, -24);
-}
-
 // How many times the tensor-core path opened its profiler range ("flash_attention_fwd" or
 // "flash_attention_bwd") while `run` ran.
 template <class F>
@@ -80,7 +73,7 @@ void check_against_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const 
   ASSERT_EQ(gf.out.dtype(), dt);
   const double budget = attention_budget(dt, std::max({Tq, Tk, D}));
   EXPECT_TRUE(within_budget(gf.out, rf.out, budget)) << "out";
-  EXPECT_TRUE(within_budget(gf.lse, rf.lse, lse_budget_of(std::max({Tq, Tk, D})))) << "lse";
+  EXPECT_TRUE(within_budget(gf.lse, rf.lse, attention_lse_budget(std::max({Tq, Tk, D})))) << "lse";
   // Delta = rowsum(dO * O) reads the rounded forward output: one more rounding.
   const double bwd = budget + unit_roundoff(dt);
   // A query that sees one key has dq = 0 and gives dk = 0: dP - Delta cancels terms of about
@@ -174,7 +167,7 @@ TEST(FlashAttentionCuda, PackedFrontMatchesCpu) {
     EXPECT_EQ(runs, std::make_pair(int64_t(1), int64_t(1))) << "tensor-core forward, backward runs";
     const double budget = attention_budget(dt, T);
     EXPECT_TRUE(within_budget(gf.out, rf.out, budget)) << "y";
-    EXPECT_TRUE(within_budget(gf.lse, rf.lse, lse_budget_of(T))) << "lse";
+    EXPECT_TRUE(within_budget(gf.lse, rf.lse, attention_lse_budget(T))) << "lse";
     EXPECT_TRUE(within_budget(gd, rd, budget + unit_roundoff(dt), std::sqrt(double(D)))) << "dqkv";
   }
 }
@@ -261,7 +254,7 @@ TEST(FlashAttentionCuda, ManyHeads) {
   EXPECT_EQ(runs, std::make_pair(int64_t(1), int64_t(1))) << "tensor-core forward, backward runs";
   const double budget = attention_budget(dt, c.D);
   EXPECT_TRUE(within_budget(gf.out, rf.out, budget)) << "out";
-  EXPECT_TRUE(within_budget(gf.lse, rf.lse, lse_budget_of(c.D))) << "lse";
+  EXPECT_TRUE(within_budget(gf.lse, rf.lse, attention_lse_budget(c.D))) << "lse";
   const double zero_scale = std::sqrt(double(c.D));
   EXPECT_TRUE(within_budget(gb.dq, rb.dq, budget + unit_roundoff(dt), zero_scale)) << "dq";
   EXPECT_TRUE(within_budget(gb.dk, rb.dk, budget + unit_roundoff(dt), zero_scale)) << "dk";

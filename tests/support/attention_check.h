@@ -36,6 +36,14 @@ inline double attention_budget(ember::DType dt, int64_t n) {
   return (dt == ember::DType::f32 ? 0.0 : 3 * u) + 8 * std::sqrt(double(n)) * u32;
 }
 
+// The budget of lse = m + log(l) from a kernel that computes it in f32 from the exact
+// products of the rounded inputs (no 16-bit rounding of its own): f32-sized, so an lse off by
+// a small constant (a wrong log base or scale folded in twice) is caught, not only through the
+// backward.
+inline double attention_lse_budget(int64_t n) {
+  return std::ldexp(1.0, -14) + 8 * std::sqrt(double(n)) * std::ldexp(1.0, -24);
+}
+
 // The magnitudes of the terms behind each element of dq and dk (f64, shaped as q and k), for
 // the 16-bit element check. dq_i = scale sum_j dS_ij k_j with dS = P (dP - Delta), and the
 // FlashAttention algorithm rounds twice by design: dS to 16 bits before the product (u |dS_ij|
@@ -45,19 +53,26 @@ inline double attention_budget(ember::DType dt, int64_t n) {
 // second query was off by 0.8 u of its terms' 5.7, which a NumPy model of the kernel's
 // roundings reproduced bit for bit (the rounded O alone moved it). So the element bound adds
 // 2 u times these magnitudes: dq_mag = scale (|dS| + P c) |K|, dk_mag = scale (|dS| + P c)^T |Q|,
-// c_i = sum_d |dO_id O_id|. q, k, v, g: the rounded inputs in f64 on the CPU, [B, H, T, D].
+// c_i = sum_d |dO_id O_id|. q, k, v, g: the rounded inputs in f64 on the CPU, [B, H, T, D];
+// `mask` (optional): an attn_mask on the CPU, bool (keep where true) or floating (added), as
+// the attention fronts take it; a row it hides entirely has P = 0.
 struct AttentionTermScales {
   ember::Tensor dq, dk;
 };
 inline AttentionTermScales attention_term_scales(const ember::Tensor& q, const ember::Tensor& k,
-                                                 const ember::Tensor& v, const ember::Tensor& g, bool causal) {
+                                                 const ember::Tensor& v, const ember::Tensor& g, bool causal,
+                                                 const ember::Tensor& mask = {}) {
   using namespace ember;
   NoGradGuard no_grad;
   const int64_t Tq = q.size(2), Tk = k.size(2);
   const double scale = 1.0 / std::sqrt(double(q.size(3)));
+  constexpr double kInf = std::numeric_limits<double>::infinity();
   Tensor s = matmul(q, k.transpose(2, 3)) * scale;
-  if (causal) s = where(ones({Tq, Tk}, DType::f64).tril(Tk - Tq).gt(0.5), s, -std::numeric_limits<double>::infinity());
-  const Tensor p = softmax(s, 3), o = matmul(p, v);
+  if (causal) s = where(ones({Tq, Tk}, DType::f64).tril(Tk - Tq).gt(0.5), s, -kInf);
+  if (mask.defined()) s = mask.dtype() == DType::b8 ? where(mask, s, -kInf) : s + mask.to(DType::f64);
+  Tensor p = softmax(s, 3);
+  p = where(p.isnan(), 0.0, p);  // rows with no visible key
+  const Tensor o = matmul(p, v);
   const Tensor ds = p * (matmul(g, v.transpose(2, 3)) - (g * o).sum(3, true));
   const Tensor w = ds.abs() + p * (g.abs() * o.abs()).sum(3, true);
   return {matmul(w, k.abs()) * scale, matmul(w.transpose(2, 3), q.abs()) * scale};

@@ -35,9 +35,10 @@
 //   regenerates the mask from the same state (nothing O(Tq Tk) is saved); lse is that of the
 //   undropped softmax, and Delta = rowsum(dO * O) still equals rowsum(P * dP) with dropout.
 //   Callers reserve attention_dropout_counters(B, H, Tq, Tk) counters.
-// - CUDA: the tensor-core path (flash_attention.cu) takes neither; a call with a mask or
-//   dropout always runs the generic kernels (tests/ops/test_attention_mask.cpp proves it
-//   through the profiler range the tensor-core path opens).
+// - CUDA: the tensor-core path (flash_attention.cu, f16/bf16, D 64 or 128) takes masks, read
+//   per score through the same broadcast strides; a call with dropout always runs the generic
+//   kernels (tests/ops/test_attention_mask.cpp proves both through the profiler range the
+//   tensor-core path opens).
 #pragma once
 
 #include <optional>
