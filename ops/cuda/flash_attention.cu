@@ -8,7 +8,7 @@
 //   [B, H, Tq, Tk]; never with dropout, which the caller keeps in the generic kernels), every
 //   operand 4-D with stride(3) == 1, strides of dims 0..2 non-negative multiples
 //   of 8 elements (or the dim has size 1), data 16-byte aligned, lse f32 [B, H, Tq]
-//   contiguous, ceil(T / 64) <= 65535, B * H < 2^31 and the Delta grid within gridDim.x.
+//   contiguous, B * H < 2^31 and the Delta grid within gridDim.x.
 //   Anything else returns false having launched nothing. A profiler range names the path taken
 //   ("flash_attention_fwd" / "_bwd"; the tests assert it). Head bh = b * H + h is addressed
 //   as b * s0 + h * s1 + row * s2 (64-bit).
@@ -48,19 +48,21 @@
 //   a fixed lane order), then dK/dV (block owns 64 keys, loops over query tiles recomputing
 //   P^T = 2^(S^T scale log2 e - lse log2 e)) and dQ (block owns 64 queries, loops over key
 //   tiles). Each output element is one thread's f32 accumulator summed in tile order.
-// - Causal load balance: forward and dQ launch the heaviest query tiles (last) first; dK/dV's
-//   heaviest key tiles (first) come first naturally.
-// - Launches: on the current stream of q's device under a DeviceGuard, grid (B*H, tiles),
+// - Block order (block_head): a grid of (tiles, heads), tiles fastest within a head, so
+//   the resident blocks share a few heads' K/V in L2 instead of streaming every head's at once.
+//   Causal load balance within each head: forward and dQ take the heaviest query tiles (last)
+//   first; dK/dV's heaviest key tiles (first) come first naturally.
+// - Launches: on the current stream of q's device under a DeviceGuard, grid tiles_grid(),
 //   EMBER_CUDA_CHECK_LAUNCH after each, > 48 KiB dynamic shared memory opted into with a
 //   checked cudaFuncSetAttribute; no host synchronization, nothing capture-unsafe.
 //
 // Resources (nvcc 13, sm_90, -O3, ptxas -v; identical for f16 and bf16; 0 bytes stack frame,
 // 0 spill stores / loads in every kernel; dynamic shared memory per 128-thread block):
-//   flash_fwd_kernel       D=64: 124 regs, 46080 B    D=128: 167 regs,  87040 B
+//   flash_fwd_kernel       D=64: 126 regs, 46080 B    D=128: 167 regs,  87040 B
 //   flash_bwd_delta_kernel D=64:  28 regs, 0          D=128:  28 regs,  0 (256 threads)
 //   flash_bwd_dkdv_kernel  D=64: 226 regs, 56320 B    D=128: 255 regs, 105472 B
 //   flash_bwd_dq_kernel    D=64: 140 regs, 55296 B    D=128: 165 regs, 104448 B
-// With a mask (the same shared memory): forward 154 / 204 regs, dK/dV 240 / 255, dQ 214 / 232,
+// With a mask (the same shared memory): forward 144 / 198 regs, dK/dV 240 / 255, dQ 214 / 232,
 // still 0 spills.
 // (dK/dV at D = 128 holds 128 f32 accumulators per thread; it takes the query tile in two
 // halves of 32 and reloads its K/V fragments from shared memory to stay under 255.)
@@ -123,7 +125,7 @@ struct FwdParams {
   Operand q, k, v, out;
   MaskView mask;
   float* lse;
-  int64_t H, Tq, Tk;
+  int64_t BH, H, Tq, Tk;
   float scale_log2;
   bool causal;
 };
@@ -133,7 +135,7 @@ struct BwdParams {
   MaskView mask;
   const float* lse;
   const float* delta;
-  int64_t H, Tq, Tk;
+  int64_t BH, H, Tq, Tk;
   float scale_log2, scale;
   bool causal;
 };
@@ -389,6 +391,18 @@ __device__ __forceinline__ void gemm_xb(float (&acc)[D / 8][4], const float (&x)
   }
 }
 
+// ------------------------------------------------------------------ block order
+
+// The grid is (tiles, heads) with heads split over y and z (gridDim.y <= 65535): tiles run
+// fastest within a head, so the resident blocks (about 4 per SM) share the K/V (or Q/dO) of a
+// few heads in L2: at the GPT-2 shape 528 resident blocks span 33 heads, 8 MB, where a
+// heads-fastest grid spans all 192, 48 MB, the whole L2. Everything comes from special
+// registers, which the compiler re-reads instead of keeping (the D = 128 dK/dV kernel has no
+// register to spare). Blocks past the last head (z rounds up) exit before any barrier.
+__device__ __forceinline__ int64_t block_head() {
+  return int64_t(blockIdx.z) * gridDim.y + blockIdx.y;
+}
+
 // ------------------------------------------------------------------ forward
 
 template <class S, int D, bool kMask>
@@ -399,8 +413,9 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FwdParams p) 
   uint16_t* ks = qs + T::elems;      // [2] tiles
   uint16_t* vs = ks + 2 * T::elems;  // [2] tiles
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int64_t bh = blockIdx.x, b = bh / p.H, h = bh % p.H;
-  const int64_t q0 = (int64_t(gridDim.y) - 1 - blockIdx.y) * kBlock;  // heaviest first
+  const int64_t bh = block_head(), b = bh / p.H, h = bh % p.H;
+  if (bh >= p.BH) return;
+  const int64_t q0 = int64_t(gridDim.x - 1 - blockIdx.x) * kBlock;  // each head's heaviest first
   const int64_t off = p.Tk - p.Tq;
   const int64_t rows_q = min(int64_t(kBlock), p.Tq - q0);
   const int64_t kend = p.causal ? min(p.Tk, q0 + rows_q + off) : p.Tk;
@@ -556,8 +571,9 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dkdv_kernel(const BwdParam
   float* ls = reinterpret_cast<float*>(gs + 2 * T::elems);  // [2][64] lse
   float* dls = ls + 2 * kBlock;                             // [2][64] Delta
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int64_t bh = blockIdx.x, b = bh / p.H, h = bh % p.H;
-  const int64_t n0 = int64_t(blockIdx.y) * kBlock;
+  const int64_t bh = block_head(), b = bh / p.H, h = bh % p.H;
+  if (bh >= p.BH) return;
+  const int64_t n0 = int64_t(blockIdx.x) * kBlock;  // the heaviest (first) first
   const int64_t off = p.Tk - p.Tq;
   const int64_t rows_k = min(int64_t(kBlock), p.Tk - n0);
   // Query i sees key j when i >= j - off: the block's first key n0 is first seen by n0 - off.
@@ -689,8 +705,9 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dq_kernel(const BwdParams 
   uint16_t* ks = gs + T::elems;      // [2] tiles
   uint16_t* vs = ks + 2 * T::elems;  // [2] tiles
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int64_t bh = blockIdx.x, b = bh / p.H, h = bh % p.H;
-  const int64_t q0 = (int64_t(gridDim.y) - 1 - blockIdx.y) * kBlock;  // heaviest first
+  const int64_t bh = block_head(), b = bh / p.H, h = bh % p.H;
+  if (bh >= p.BH) return;
+  const int64_t q0 = int64_t(gridDim.x - 1 - blockIdx.x) * kBlock;  // each head's heaviest first
   const int64_t off = p.Tk - p.Tq;
   const int64_t rows_q = min(int64_t(kBlock), p.Tq - q0);
   const int64_t kend = p.causal ? min(p.Tk, q0 + rows_q + off) : p.Tk;
@@ -873,9 +890,7 @@ bool shape_ok(const Tensor& q, const Tensor& k, bool causal) {
   const int64_t D = q.sizes()[3];
   if (D != 64 && D != 128) return false;
   if (BH < 1 || Tq < 1 || Tk < 1 || (causal && Tq > Tk)) return false;
-  if (BH > int64_t(INT32_MAX) || (Tq + kBlock - 1) / kBlock > 65535 ||
-      (Tk + kBlock - 1) / kBlock > 65535)
-    return false;
+  if (BH > int64_t(INT32_MAX)) return false;  // tiles_grid: ceil(BH / 65535) <= 65535
   // The backward's Delta grid (D / 8 threads per row, 256 per block) must fit gridDim.x: checked
   // here so that such a shape declines (generic kernels) instead of throwing after eligibility.
   // BH < 2^31 and Tq < 2^22, so the product cannot overflow.
@@ -883,13 +898,19 @@ bool shape_ok(const Tensor& q, const Tensor& k, bool causal) {
   return true;
 }
 
+// (ceil(T / 64) tiles, heads over y and z): block_head's layout. T < 2^31 tiles of 64 rows
+// fit gridDim.x; BH < 2^31 gives z <= 32769.
+dim3 tiles_grid(int64_t BH, int64_t T) {
+  const int64_t y = std::min<int64_t>(BH, 65535);
+  return dim3(unsigned((T + kBlock - 1) / kBlock), unsigned(y), unsigned((BH + y - 1) / y));
+}
+
 template <class S, int D, bool kMask>
 void launch_fwd(const FwdParams& prm, int64_t BH, int64_t Tq, cudaStream_t stream) {
   constexpr size_t bytes = 5 * size_t(Tile<D>::bytes);
   auto kernel = flash_fwd_kernel<S, D, kMask>;
   allow_smem(kernel, bytes);
-  const dim3 grid(unsigned(BH), unsigned((Tq + kBlock - 1) / kBlock));
-  ::ember::cuda::launch_kernel(kernel, grid, kThreads, bytes, stream, prm);
+  ::ember::cuda::launch_kernel(kernel, tiles_grid(BH, Tq), kThreads, bytes, stream, prm);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
@@ -906,17 +927,13 @@ void launch_bwd(const BwdParams& prm, const Operand& out, float* delta, int64_t 
   constexpr size_t kv_bytes = 6 * size_t(Tile<D>::bytes) + 4 * kBlock * sizeof(float);
   auto kv_kernel = flash_bwd_dkdv_kernel<S, D, kMask>;
   allow_smem(kv_kernel, kv_bytes);
-  ::ember::cuda::launch_kernel(kv_kernel, dim3(unsigned(BH), unsigned((prm.Tk + kBlock - 1) / kBlock)), kThreads,
-                               kv_bytes, stream,
-      prm);
+  ::ember::cuda::launch_kernel(kv_kernel, tiles_grid(BH, prm.Tk), kThreads, kv_bytes, stream, prm);
   EMBER_CUDA_CHECK_LAUNCH();
 
   constexpr size_t q_bytes = 6 * size_t(Tile<D>::bytes);
   auto q_kernel = flash_bwd_dq_kernel<S, D, kMask>;
   allow_smem(q_kernel, q_bytes);
-  ::ember::cuda::launch_kernel(q_kernel, dim3(unsigned(BH), unsigned((prm.Tq + kBlock - 1) / kBlock)), kThreads,
-                               q_bytes, stream,
-      prm);
+  ::ember::cuda::launch_kernel(q_kernel, tiles_grid(BH, prm.Tq), kThreads, q_bytes, stream, prm);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
@@ -936,7 +953,7 @@ bool flash_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, cons
   // can tell that this path ran rather than the generic kernels, which give the same values.
   const ember::profiler::RecordFunction range("flash_attention_fwd");
   const FwdParams prm{operand(q), operand(k), operand(v), operand(out), mask_view(mask),
-                      lse.data_ptr<float>(), q.sizes()[1], Tq, Tk,
+                      lse.data_ptr<float>(), BH, q.sizes()[1], Tq, Tk,
                       float(scale * 1.4426950408889634), causal};
   const auto on = ember::cuda::detail::on_device(q.device());
   dispatch(dt, D, mask.defined(), [&](auto s_tag, auto d_tag, auto m_tag) {
@@ -974,6 +991,7 @@ bool flash_attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, c
                 mask_view(mask),
                 lse.data_ptr<float>(),
                 delta.data_ptr<float>(),
+                BH,
                 q.sizes()[1],
                 Tq,
                 Tk,
