@@ -178,11 +178,12 @@ if have sanitize && [[ -x $bin/test_ops ]]; then
     "$(grep -cE 'Invalid (global|shared|local)|Misaligned|Out of range' "$logs/memcheck-provoked.log")" \
     "$(grep -c 'Program hit' "$logs/memcheck-provoked.log")" >> "$sum"
   # What no card has racechecked yet: the sort and scan tests' other dtypes (the same kernel
-  # code in other instantiations; one dtype per key width took 175 s) and the new cuDNN
-  # benchmark-mode test. ENTRY is binary:gtest-filter[:seconds] (60 s unless given; the filter
+  # code in other instantiations; one dtype per key width took 175 s) and the flash kernels'
+  # block-order selection (written after the fifth run). ENTRY is
+  # binary:gtest-filter[:seconds] (60 s unless given; the filter
   # as written, so a suite takes its own `.*`). Timings on an H100 under racecheck (fourth
   # run): test_nn's 25 CUDA cases 115 s in five steps, SortScanCuda 180 s.
-  race_default="test_ops:Cuda/ConvDevice.BenchmarkMode*:60 test_ops:SortScanCuda.*OtherDtypes:300"
+  race_default="test_ops:FlashAttentionCuda.MatchesCpuContiguous:120 test_ops:SortScanCuda.*OtherDtypes:300"
   for entry in ${GPU_RUN_RACECHECK:-$race_default}; do
     t=${entry%%:*} suite=${entry#*:} secs=60
     [[ $suite == *:* && ${suite##*:} =~ ^[0-9]+$ ]] && secs=${suite##*:} suite=${suite%:*}

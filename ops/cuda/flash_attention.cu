@@ -48,21 +48,22 @@
 //   a fixed lane order), then dK/dV (block owns 64 keys, loops over query tiles recomputing
 //   P^T = 2^(S^T scale log2 e - lse log2 e)) and dQ (block owns 64 queries, loops over key
 //   tiles). Each output element is one thread's f32 accumulator summed in tile order.
-// - Block order (block_head): a grid of (tiles, heads), tiles fastest within a head, so
-//   the resident blocks share a few heads' K/V in L2 instead of streaming every head's at once.
-//   Causal load balance within each head: forward and dQ take the heaviest query tiles (last)
-//   first; dK/dV's heaviest key tiles (first) come first naturally.
+// - Block order (BlockOrder): tiles fastest within a head (the resident blocks share a few
+//   heads' K/V in L2), or heads fastest for causal attention that fits L2 (every head's
+//   heaviest tile first); each chosen where an H200 measured it faster. Within a head,
+//   forward and dQ take the heaviest query tiles (last) first; dK/dV's heaviest key tiles
+//   (first) come first naturally.
 // - Launches: on the current stream of q's device under a DeviceGuard, grid tiles_grid(),
 //   EMBER_CUDA_CHECK_LAUNCH after each, > 48 KiB dynamic shared memory opted into with a
 //   checked cudaFuncSetAttribute; no host synchronization, nothing capture-unsafe.
 //
 // Resources (nvcc 13, sm_90, -O3, ptxas -v; identical for f16 and bf16; 0 bytes stack frame,
 // 0 spill stores / loads in every kernel; dynamic shared memory per 128-thread block):
-//   flash_fwd_kernel       D=64: 126 regs, 46080 B    D=128: 167 regs,  87040 B
+//   flash_fwd_kernel       D=64: 124 regs, 46080 B    D=128: 167 regs,  87040 B
 //   flash_bwd_delta_kernel D=64:  28 regs, 0          D=128:  28 regs,  0 (256 threads)
-//   flash_bwd_dkdv_kernel  D=64: 226 regs, 56320 B    D=128: 255 regs, 105472 B
-//   flash_bwd_dq_kernel    D=64: 140 regs, 55296 B    D=128: 165 regs, 104448 B
-// With a mask (the same shared memory): forward 144 / 198 regs, dK/dV 240 / 255, dQ 214 / 232,
+//   flash_bwd_dkdv_kernel  D=64: 226 regs, 56320 B    D=128: 254 regs, 105472 B
+//   flash_bwd_dq_kernel    D=64: 130 regs, 55296 B    D=128: 165 regs, 104448 B
+// With a mask (the same shared memory): forward 144 / 198 regs, dK/dV 241 / 255, dQ 214 / 232,
 // still 0 spills.
 // (dK/dV at D = 128 holds 128 f32 accumulators per thread; it takes the query tile in two
 // halves of 32 and reloads its K/V fragments from shared memory to stay under 255.)
@@ -121,10 +122,31 @@ struct MaskView {
   }
 };
 
+// Which head and which 64-row tile of the owned operand a block takes, in one of two grid
+// layouts (BlockOrder, chosen per call by block_order()):
+// - tiles fastest, grid (tiles, heads over y and z; gridDim.y <= 65535): the resident blocks
+//   (about 4 per SM) share the K/V (or Q/dO) of a few heads in L2 instead of streaming every
+//   head's at once. Measured faster where the heads' K/V exceed L2 or the work is uniform
+//   (non-causal); blocks past the last head (z rounds up) exit before any barrier.
+// - heads fastest, grid (heads, tiles): with causal masking every head's heaviest tile runs
+//   first, before any light one (longest-first across the whole grid); measured faster for
+//   causal attention whose K/V fit L2 (the GPT-2 shape).
+// Both read only special registers and the parameter bank, which the compiler re-reads
+// instead of keeping (the D = 128 dK/dV kernel has no register to spare).
+struct BlockOrder {
+  bool heads_fastest;
+  __device__ __forceinline__ int64_t head() const {
+    return heads_fastest ? int64_t(blockIdx.x) : int64_t(blockIdx.z) * gridDim.y + blockIdx.y;
+  }
+  __device__ __forceinline__ int64_t tile() const { return heads_fastest ? blockIdx.y : blockIdx.x; }
+  __device__ __forceinline__ int64_t tiles() const { return heads_fastest ? gridDim.y : gridDim.x; }
+};
+
 struct FwdParams {
   Operand q, k, v, out;
   MaskView mask;
   float* lse;
+  BlockOrder order;
   int64_t BH, H, Tq, Tk;
   float scale_log2;
   bool causal;
@@ -135,6 +157,7 @@ struct BwdParams {
   MaskView mask;
   const float* lse;
   const float* delta;
+  BlockOrder order;
   int64_t BH, H, Tq, Tk;
   float scale_log2, scale;
   bool causal;
@@ -391,18 +414,6 @@ __device__ __forceinline__ void gemm_xb(float (&acc)[D / 8][4], const float (&x)
   }
 }
 
-// ------------------------------------------------------------------ block order
-
-// The grid is (tiles, heads) with heads split over y and z (gridDim.y <= 65535): tiles run
-// fastest within a head, so the resident blocks (about 4 per SM) share the K/V (or Q/dO) of a
-// few heads in L2: at the GPT-2 shape 528 resident blocks span 33 heads, 8 MB, where a
-// heads-fastest grid spans all 192, 48 MB, the whole L2. Everything comes from special
-// registers, which the compiler re-reads instead of keeping (the D = 128 dK/dV kernel has no
-// register to spare). Blocks past the last head (z rounds up) exit before any barrier.
-__device__ __forceinline__ int64_t block_head() {
-  return int64_t(blockIdx.z) * gridDim.y + blockIdx.y;
-}
-
 // ------------------------------------------------------------------ forward
 
 template <class S, int D, bool kMask>
@@ -413,9 +424,9 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FwdParams p) 
   uint16_t* ks = qs + T::elems;      // [2] tiles
   uint16_t* vs = ks + 2 * T::elems;  // [2] tiles
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int64_t bh = block_head(), b = bh / p.H, h = bh % p.H;
+  const int64_t bh = p.order.head(), b = bh / p.H, h = bh % p.H;
   if (bh >= p.BH) return;
-  const int64_t q0 = int64_t(gridDim.x - 1 - blockIdx.x) * kBlock;  // each head's heaviest first
+  const int64_t q0 = (p.order.tiles() - 1 - p.order.tile()) * kBlock;  // each head's heaviest first
   const int64_t off = p.Tk - p.Tq;
   const int64_t rows_q = min(int64_t(kBlock), p.Tq - q0);
   const int64_t kend = p.causal ? min(p.Tk, q0 + rows_q + off) : p.Tk;
@@ -571,9 +582,9 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dkdv_kernel(const BwdParam
   float* ls = reinterpret_cast<float*>(gs + 2 * T::elems);  // [2][64] lse
   float* dls = ls + 2 * kBlock;                             // [2][64] Delta
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int64_t bh = block_head(), b = bh / p.H, h = bh % p.H;
+  const int64_t bh = p.order.head(), b = bh / p.H, h = bh % p.H;
   if (bh >= p.BH) return;
-  const int64_t n0 = int64_t(blockIdx.x) * kBlock;  // the heaviest (first) first
+  const int64_t n0 = p.order.tile() * kBlock;  // the heaviest (first) first
   const int64_t off = p.Tk - p.Tq;
   const int64_t rows_k = min(int64_t(kBlock), p.Tk - n0);
   // Query i sees key j when i >= j - off: the block's first key n0 is first seen by n0 - off.
@@ -705,9 +716,9 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dq_kernel(const BwdParams 
   uint16_t* ks = gs + T::elems;      // [2] tiles
   uint16_t* vs = ks + 2 * T::elems;  // [2] tiles
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int64_t bh = block_head(), b = bh / p.H, h = bh % p.H;
+  const int64_t bh = p.order.head(), b = bh / p.H, h = bh % p.H;
   if (bh >= p.BH) return;
-  const int64_t q0 = int64_t(gridDim.x - 1 - blockIdx.x) * kBlock;  // each head's heaviest first
+  const int64_t q0 = (p.order.tiles() - 1 - p.order.tile()) * kBlock;  // each head's heaviest first
   const int64_t off = p.Tk - p.Tq;
   const int64_t rows_q = min(int64_t(kBlock), p.Tq - q0);
   const int64_t kend = p.causal ? min(p.Tk, q0 + rows_q + off) : p.Tk;
@@ -890,7 +901,7 @@ bool shape_ok(const Tensor& q, const Tensor& k, bool causal) {
   const int64_t D = q.sizes()[3];
   if (D != 64 && D != 128) return false;
   if (BH < 1 || Tq < 1 || Tk < 1 || (causal && Tq > Tk)) return false;
-  if (BH > int64_t(INT32_MAX)) return false;  // tiles_grid: ceil(BH / 65535) <= 65535
+  if (BH > int64_t(INT32_MAX)) return false;  // tiles_grid's x or ceil(BH / 65535) in z
   // The backward's Delta grid (D / 8 threads per row, 256 per block) must fit gridDim.x: checked
   // here so that such a shape declines (generic kernels) instead of throwing after eligibility.
   // BH < 2^31 and Tq < 2^22, so the product cannot overflow.
@@ -898,11 +909,25 @@ bool shape_ok(const Tensor& q, const Tensor& k, bool causal) {
   return true;
 }
 
-// (ceil(T / 64) tiles, heads over y and z): block_head's layout. T < 2^31 tiles of 64 rows
-// fit gridDim.x; BH < 2^31 gives z <= 32769.
-dim3 tiles_grid(int64_t BH, int64_t T) {
+// BlockOrder's choice for a call: heads fastest for causal attention whose K and V (all heads)
+// fit in 64 MB (about L2, 50 MB on an H100/H200: the measured case is GPT-2's 48 MB) and whose
+// tile count fits gridDim.y; tiles fastest otherwise. Measured on an H200 (docs/performance.md,
+// "Flash attention's block order"): tiles fastest took the GPT-2 causal forward from 0.84x to
+// 0.77x SDPA, and the non-causal and D = 128 ones from 0.60-0.61x to 0.66-0.67x.
+BlockOrder block_order(bool causal, int64_t BH, int64_t Tq, int64_t Tk, int64_t D) {
+  const int64_t tiles = (std::max(Tq, Tk) + kBlock - 1) / kBlock;
+  const double kv_bytes = 2.0 * 2.0 * double(BH) * double(Tk) * double(D);
+  return {causal && kv_bytes <= 64.0 * (1 << 20) && tiles <= 65535};
+}
+
+// The grid of `order` over BH heads and ceil(T / 64) tiles. Tiles fastest: T < 2^31 tiles fit
+// gridDim.x, BH < 2^31 gives z <= 32769; heads fastest: BH in x, tiles <= 65535 in y
+// (block_order).
+dim3 tiles_grid(BlockOrder order, int64_t BH, int64_t T) {
+  const unsigned tiles = unsigned((T + kBlock - 1) / kBlock);
+  if (order.heads_fastest) return dim3(unsigned(BH), tiles);
   const int64_t y = std::min<int64_t>(BH, 65535);
-  return dim3(unsigned((T + kBlock - 1) / kBlock), unsigned(y), unsigned((BH + y - 1) / y));
+  return dim3(tiles, unsigned(y), unsigned((BH + y - 1) / y));
 }
 
 template <class S, int D, bool kMask>
@@ -910,7 +935,7 @@ void launch_fwd(const FwdParams& prm, int64_t BH, int64_t Tq, cudaStream_t strea
   constexpr size_t bytes = 5 * size_t(Tile<D>::bytes);
   auto kernel = flash_fwd_kernel<S, D, kMask>;
   allow_smem(kernel, bytes);
-  ::ember::cuda::launch_kernel(kernel, tiles_grid(BH, Tq), kThreads, bytes, stream, prm);
+  ::ember::cuda::launch_kernel(kernel, tiles_grid(prm.order, BH, Tq), kThreads, bytes, stream, prm);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
@@ -927,13 +952,13 @@ void launch_bwd(const BwdParams& prm, const Operand& out, float* delta, int64_t 
   constexpr size_t kv_bytes = 6 * size_t(Tile<D>::bytes) + 4 * kBlock * sizeof(float);
   auto kv_kernel = flash_bwd_dkdv_kernel<S, D, kMask>;
   allow_smem(kv_kernel, kv_bytes);
-  ::ember::cuda::launch_kernel(kv_kernel, tiles_grid(BH, prm.Tk), kThreads, kv_bytes, stream, prm);
+  ::ember::cuda::launch_kernel(kv_kernel, tiles_grid(prm.order, BH, prm.Tk), kThreads, kv_bytes, stream, prm);
   EMBER_CUDA_CHECK_LAUNCH();
 
   constexpr size_t q_bytes = 6 * size_t(Tile<D>::bytes);
   auto q_kernel = flash_bwd_dq_kernel<S, D, kMask>;
   allow_smem(q_kernel, q_bytes);
-  ::ember::cuda::launch_kernel(q_kernel, tiles_grid(BH, prm.Tq), kThreads, q_bytes, stream, prm);
+  ::ember::cuda::launch_kernel(q_kernel, tiles_grid(prm.order, BH, prm.Tq), kThreads, q_bytes, stream, prm);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
@@ -953,7 +978,8 @@ bool flash_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, cons
   // can tell that this path ran rather than the generic kernels, which give the same values.
   const ember::profiler::RecordFunction range("flash_attention_fwd");
   const FwdParams prm{operand(q), operand(k), operand(v), operand(out), mask_view(mask),
-                      lse.data_ptr<float>(), BH, q.sizes()[1], Tq, Tk,
+                      lse.data_ptr<float>(), block_order(causal, BH, Tq, Tk, D), BH,
+                      q.sizes()[1], Tq, Tk,
                       float(scale * 1.4426950408889634), causal};
   const auto on = ember::cuda::detail::on_device(q.device());
   dispatch(dt, D, mask.defined(), [&](auto s_tag, auto d_tag, auto m_tag) {
@@ -991,6 +1017,7 @@ bool flash_attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, c
                 mask_view(mask),
                 lse.data_ptr<float>(),
                 delta.data_ptr<float>(),
+                block_order(causal, BH, Tq, Tk, D),
                 BH,
                 q.sizes()[1],
                 Tq,
