@@ -904,7 +904,7 @@ bool shape_ok(const Tensor& q, const Tensor& k, bool causal) {
   if (BH > int64_t(INT32_MAX)) return false;  // tiles_grid's x or ceil(BH / 65535) in z
   // The backward's Delta grid (D / 8 threads per row, 256 per block) must fit gridDim.x: checked
   // here so that such a shape declines (generic kernels) instead of throwing after eligibility.
-  // BH < 2^31 and Tq < 2^22, so the product cannot overflow.
+  // BH * Tq * D is q's element count, so the product cannot overflow.
   if ((BH * Tq * (D / 8) + 255) / 256 > int64_t(INT32_MAX)) return false;
   return true;
 }
