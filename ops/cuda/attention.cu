@@ -34,8 +34,8 @@
 //   form passes through Extras: the mask element read through its broadcast strides (bool
 //   false -> -inf, float added), then, for the probabilities, the dropout keep / (1 - p)
 //   regenerated from Philox per element (the CPU's layout, so both devices drop the same
-//   elements). A row that saw no key ends with l = 0: out = 0 and
-//   lse = +inf, so the backward's exp(s - lse) is 0 across it.
+//   elements). A row that saw no key ends with l = 0: out = 0 and lse = +inf, so the
+//   backward's exp(s - lse) is 0 across it.
 // - Every launch is followed by EMBER_CUDA_CHECK_LAUNCH; shared memory above 48 KiB is opted
 //   into per launch with cudaFuncSetAttribute.
 #include <cuda_bf16.h>
