@@ -46,7 +46,8 @@ fi
 # CUDA headers are (CI: the CUDA 13 toolkit) it is also the CUDA simulation build (issue 39:
 # EMBER_CUDA_SIM, ember's kernels run on the CPU): the whole suite runs with the simulated GPU
 # hidden (CUDA cases skip, as on a machine without one), then the CUDA cases named in
-# tests/cuda_sim/simulated.txt run on the simulated H100, under ASan.
+# tests/cuda_sim/simulated.txt run on the simulated H100, under ASan, and those of
+# tests/cuda_sim/second_schedule.txt again under a second warp schedule.
 # The lines of a list file (tests/cuda_sim/simulated.txt, tests/sanitizer/plain_build_only.txt),
 # one ctest name regex each, # comments and blank lines left out, joined into one regex.
 regex_list() { grep -v '^[[:space:]]*\(#\|$\)' "$1" | paste -sd'|'; }
@@ -94,6 +95,11 @@ if ((asan_status == 0)); then
     included=$(regex_list "$root/tests/cuda_sim/simulated.txt")
     log "the CUDA cases in simulation: $included"
     ctest --test-dir "$asan_dir" --output-on-failure --timeout 900 -j "$jobs" -R "$included" "$@" \
+      || asan_status=$?
+    second=$(regex_list "$root/tests/cuda_sim/second_schedule.txt")
+    log "the CUDA cases with warp collectives again, lanes reversed and warps running ahead: $second"
+    EMBER_SIM_LANES=rev EMBER_SIM_WARPS=eager-rev \
+      ctest --test-dir "$asan_dir" --output-on-failure --timeout 900 -j "$jobs" -R "$second" "$@" \
       || asan_status=$?
   fi
   log "sanitizer tests finished in $((SECONDS - start)) s (exit $asan_status)"

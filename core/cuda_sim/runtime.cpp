@@ -6,10 +6,20 @@
 // - One simulated device by default (EMBER_SIM_DEVICES: more), reporting an H100's properties.
 //   Device memory is host memory (ASan sees every access), filled with 0xFF bytes (NaN in every
 //   float type) when allocated, so a kernel reading what nothing wrote shows NaN.
-// - Work runs when it is issued, so every stream is always idle and stream order holds; events
-//   complete when recorded. What must still fail fails as on the GPU: an unknown pointer freed,
-//   a sync or a blocking call on a capturing stream, a cudaMalloc during a thread-local capture
-//   (unless the thread relaxed its mode), an invalid launch.
+// - Work waits on its stream until something needs it (EMBER_SIM_STREAMS=deferred, the
+//   default): the host synchronizing with the stream, an event recorded after it, or the device;
+//   a stream waiting on an event (cudaStreamWaitEvent) runs the event's stream up to it first;
+//   the legacy stream and the blocking streams of its device wait for each other's earlier
+//   work, as CUDA's implicit synchronization makes them; cudaFree and cudaFreeHost synchronize
+//   the device. So the host runs ahead of the "GPU" as far as CUDA allows, and work two streams
+//   share without an event between them runs in whichever order the host's waits happen to
+//   demand: a missing wait_stream or record_stream reads memory another stream has not written
+//   yet, or has already reused. A copy to pageable host memory returns once done, and one from
+//   pageable memory reads its source at the call (the card stages it), as cudart does.
+//   EMBER_SIM_STREAMS=eager runs all work when issued (every stream always idle).
+// - What must still fail fails as on the GPU: an unknown pointer freed, a sync or a blocking
+//   call on a capturing stream, a cudaMalloc during a thread-local capture (unless the thread
+//   relaxed its mode), an invalid launch.
 // - Graph capture records instead of running: launches, async copies (all through simt.h's submit)
 //   and memsets on a capturing stream, or on a stream joined to the capture by waiting on an
 //   event recorded in it, become the graph's nodes, in issue order; parameters and copy
@@ -18,6 +28,7 @@
 //   (cudaGetLastError returns and clears it, cudaPeekAtLastError only returns it).
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -25,6 +36,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -53,24 +65,44 @@ struct Capture {
   std::thread::id thread;  // that began it (a thread-local capture restricts only this one)
 };
 
+// A stream's work not yet run, in issue order. Item i (counting from 0 over the stream's life)
+// has run once done > i.
+struct Queue {
+  std::deque<std::function<void()>> pending;
+  uint64_t issued = 0;
+  uint64_t done = 0;
+  bool running = false;
+};
+
 struct StreamState {
   int device = 0;
   unsigned flags = 0;
   int priority = 0;
   std::shared_ptr<Capture> capture;  // while it takes part in one
+  Queue queue;
 };
 struct EventState {
   unsigned flags = 0;
   bool recorded = false;
   double time_ms = 0;
   std::shared_ptr<Capture> capture;  // recorded inside a capture: waiting on it joins that capture
+  // Where it was recorded: complete once that stream has run `position` items.
+  cudaStream_t stream = nullptr;
+  int device = 0;
+  uint64_t position = 0;
 };
 
 struct Allocation {
   size_t bytes = 0;
   int device = 0;
-  bool host = false;  // pinned host memory (cudaHostAlloc)
+  bool host = false;    // pinned host memory (cudaHostAlloc)
+  bool mapped = false;  // a large allocation mapped lazily (mmap), unpoisoned
 };
+
+// Allocations from 1 GiB up are mapped lazily and not poisoned (poisoning would touch every
+// page): a test can make a tensor past 2^31 elements and touch only a few pages of it, so
+// 64-bit indexing runs in simulation without tens of GB of memory. They read 0 where unwritten.
+constexpr size_t kLazyBytes = size_t(1) << 30;
 
 constexpr size_t kDeviceBytes = size_t(80) << 30;  // an H100's 80 GB
 
@@ -79,6 +111,7 @@ std::map<const void*, Allocation> g_allocations;
 std::set<CUstream_st*> g_streams;
 std::set<CUevent_st*> g_events;
 std::vector<size_t> g_used;            // device bytes in use, per device
+std::map<int, Queue> g_legacy;         // the legacy (null) stream's work, per device
 std::vector<bool> g_context_active;    // per device: touched by this process
 std::atomic<unsigned long long> g_next_capture_id{1};
 
@@ -111,6 +144,60 @@ StreamState* state_of(cudaStream_t s) {
 bool known_stream(cudaStream_t s) {
   return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread ||
          g_streams.count(reinterpret_cast<CUstream_st*>(s)) != 0;
+}
+
+bool deferred_streams() {
+  static const bool deferred = [] {
+    const char* e = std::getenv("EMBER_SIM_STREAMS");
+    return !(e && std::string(e) == "eager");
+  }();
+  return deferred;
+}
+
+// The queue of `s` (the legacy stream: the one of `device`); null for a stream destroyed since
+// (its work all ran when it was destroyed).
+Queue* queue_of(cudaStream_t s, int device) {
+  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return &g_legacy[device];
+  if (!g_streams.count(reinterpret_cast<CUstream_st*>(s))) return nullptr;
+  return &reinterpret_cast<StreamState*>(s)->queue;
+}
+
+// Runs the queue's items up to (not including) item `target`. An item may run other streams'
+// items first (an event wait, the legacy stream's implicit synchronization); those only ever
+// name work issued before it, so the recursion ends. Thrown errors (a kernel's SimError)
+// propagate to whoever waited, as a sticky error reaches the next synchronizing call.
+void run_until(Queue* q, uint64_t target) {
+  if (q == nullptr) return;
+  while (q->done < target && !q->pending.empty()) {
+    if (q->running) throw SimError("[cuda_sim] a stream waits for its own later work (a dependency cycle)");
+    std::function<void()> work = std::move(q->pending.front());
+    q->pending.pop_front();
+    ++q->done;
+    q->running = true;
+    struct Reset {
+      Queue* q;
+      ~Reset() { q->running = false; }
+    } reset{q};
+    work();
+  }
+}
+void run_all(Queue* q) {
+  if (q) run_until(q, q->issued);
+}
+// cudaDeviceSynchronize, cudaFree: every stream's work, the legacy streams last (their items
+// wait for the blocking streams anyway).
+void run_everything() {
+  for (CUstream_st* s : std::vector<CUstream_st*>(g_streams.begin(), g_streams.end()))
+    run_all(queue_of(s, 0));
+  for (auto& [device, q] : g_legacy) run_all(&q);
+}
+void enqueue(Queue* q, std::function<void()> work) {
+  q->pending.push_back(std::move(work));
+  ++q->issued;
+}
+// An item making `q` wait until stream `s` (of `device`) has run `position` items.
+void enqueue_wait(Queue* q, cudaStream_t s, int device, uint64_t position) {
+  enqueue(q, [s, device, position] { run_until(queue_of(s, device), position); });
 }
 
 // The capture `s` takes part in, if any.
@@ -148,17 +235,56 @@ cudaError_t refuse_during_capture(const std::shared_ptr<Capture>& c) {
   return fail(cudaErrorStreamCaptureUnsupported);
 }
 
-bool capture_hook(cudaStream_t stream, std::function<void()>& work) {
+// Every launch, copy, memset and library call: recorded by a capture, or queued on its stream.
+bool submit_hook(cudaStream_t stream, std::function<void()>& work) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
-  auto c = capture_of(stream);
-  if (!c) return false;
-  c->nodes.push_back(std::move(work));
+  if (auto c = capture_of(stream)) {
+    c->nodes.push_back(std::move(work));
+    return true;
+  }
+  if (!deferred_streams()) return false;
+  StreamState* st = state_of(stream);
+  const int device = st ? st->device : t_device;
+  Queue* q = queue_of(stream, device);
+  if (q == nullptr) return false;  // unknown stream: the caller reported it already
+  if (st == nullptr) {
+    // The legacy stream waits for the earlier work of every blocking stream of its device.
+    for (CUstream_st* other : g_streams) {
+      const StreamState* o = reinterpret_cast<const StreamState*>(other);
+      if (o->device == device && !(o->flags & cudaStreamNonBlocking) && o->queue.issued > o->queue.done)
+        enqueue_wait(q, other, device, o->queue.issued);
+    }
+  } else if (!(st->flags & cudaStreamNonBlocking)) {
+    // A blocking stream waits for the legacy stream's earlier work.
+    Queue& legacy = g_legacy[device];
+    if (legacy.issued > legacy.done) enqueue_wait(q, nullptr, device, legacy.issued);
+  }
+  enqueue(q, std::move(work));
   return true;
 }
 const bool g_hook_installed = [] {
-  detail::set_capture_hook(capture_hook);
+  detail::set_submit_hook(submit_hook);
   return true;
 }();
+
+// The allocation (device or pinned host) that holds `p`, if any: pageable host memory has none.
+const std::pair<const void* const, Allocation>* allocation_of(const void* p) {
+  auto it = g_allocations.upper_bound(p);
+  if (it == g_allocations.begin()) return nullptr;
+  --it;
+  const bool inside =
+      static_cast<const char*>(p) < static_cast<const char*>(it->first) + std::max<size_t>(it->second.bytes, 1);
+  return inside ? &*it : nullptr;
+}
+bool runtime_allocated(const void* p) { return allocation_of(p) != nullptr; }
+// A range that starts in an allocation must end in it: cudart refuses a copy or memset that
+// runs past it (cudaErrorInvalidValue) rather than touching what follows.
+bool range_fits(const void* p, size_t bytes) {
+  const auto* a = allocation_of(p);
+  if (a == nullptr) return true;  // pageable host memory: the caller's business
+  const size_t offset = size_t(static_cast<const char*>(p) - static_cast<const char*>(a->first));
+  return bytes <= a->second.bytes - offset;
+}
 
 double now_ms() {
   using namespace std::chrono;
@@ -290,7 +416,8 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
 cudaError_t cudaDeviceSynchronize(void) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   if (auto c = capture_forbidding_unsafe_calls()) return refuse_during_capture(c);
-  return cudaSuccess;  // work runs when issued: nothing is pending
+  run_everything();
+  return cudaSuccess;
 }
 
 // cuDeviceGet / cuDevicePrimaryCtxGetState through the entry-point query: whether this
@@ -337,10 +464,17 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   touch(t_device);
   if (bytes == 0) return (*p = nullptr, cudaSuccess);
   if (g_used[size_t(t_device)] + bytes > kDeviceBytes) return fail(cudaErrorMemoryAllocation);
-  void* m = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-  if (!m) return fail(cudaErrorMemoryAllocation);
-  std::memset(m, 0xFF, bytes);  // NaN: reads of what nothing wrote show
-  g_allocations[m] = Allocation{bytes, t_device, false};
+  const bool lazy = bytes >= kLazyBytes;
+  void* m = nullptr;
+  if (lazy) {
+    m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return fail(cudaErrorMemoryAllocation);
+  } else {
+    m = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+    if (!m) return fail(cudaErrorMemoryAllocation);
+    std::memset(m, 0xFF, bytes);  // NaN: reads of what nothing wrote show
+  }
+  g_allocations[m] = Allocation{bytes, t_device, false, lazy};
   g_used[size_t(t_device)] += bytes;
   *p = m;
   return cudaSuccess;
@@ -351,9 +485,11 @@ cudaError_t cudaFree(void* p) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   auto it = g_allocations.find(p);
   if (it == g_allocations.end() || it->second.host) return fail(cudaErrorInvalidValue);
+  run_everything();  // cudaFree synchronizes the device
   g_used[size_t(it->second.device)] -= it->second.bytes;
+  if (it->second.mapped) munmap(p, it->second.bytes);
+  else std::free(p);
   g_allocations.erase(it);
-  std::free(p);
   return cudaSuccess;
 }
 
@@ -372,6 +508,7 @@ cudaError_t cudaFreeHost(void* p) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   auto it = g_allocations.find(p);
   if (it == g_allocations.end() || !it->second.host) return fail(cudaErrorInvalidValue);
+  run_everything();  // as cudaFree
   g_allocations.erase(it);
   std::free(p);
   return cudaSuccess;
@@ -397,17 +534,11 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
   *a = cudaPointerAttributes{};
   a->type = cudaMemoryTypeUnregistered;
   a->device = -2;
-  // The allocation holding p (allocations never overlap).
-  auto it = g_allocations.upper_bound(p);
-  if (it != g_allocations.begin()) {
-    --it;
-    const char* base = static_cast<const char*>(it->first);
-    if (static_cast<const char*>(p) < base + std::max<size_t>(it->second.bytes, 1)) {
-      a->type = it->second.host ? cudaMemoryTypeHost : cudaMemoryTypeDevice;
-      a->device = it->second.device;
-      a->devicePointer = const_cast<void*>(p);
-      a->hostPointer = it->second.host ? const_cast<void*>(p) : nullptr;
-    }
+  if (const auto* it = allocation_of(p)) {
+    a->type = it->second.host ? cudaMemoryTypeHost : cudaMemoryTypeDevice;
+    a->device = it->second.device;
+    a->devicePointer = const_cast<void*>(p);
+    a->hostPointer = it->second.host ? const_cast<void*>(p) : nullptr;
   }
   return cudaSuccess;
 }
@@ -415,9 +546,24 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t stream) {
   if (bytes == 0) return cudaSuccess;
   if (!dst || !src) return fail(cudaErrorInvalidValue);
-  {
-    std::lock_guard<std::recursive_mutex> lock(g_mutex);
-    if (!known_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  if (!known_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  if (!range_fits(dst, bytes) || !range_fits(src, bytes)) return fail(cudaErrorInvalidValue);
+  if (!capture_of(stream) && deferred_streams()) {
+    if (!runtime_allocated(dst)) {
+      // To pageable memory: cudart returns once the copy is done.
+      StreamState* st = state_of(stream);
+      run_all(queue_of(stream, st ? st->device : t_device));
+      std::memmove(dst, src, bytes);
+      return cudaSuccess;
+    }
+    if (!runtime_allocated(src)) {
+      // From pageable memory: the source is staged at the call; the caller may reuse it.
+      auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
+                                                                   static_cast<const unsigned char*>(src) + bytes);
+      detail::submit(stream, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+      return cudaSuccess;
+    }
   }
   detail::submit(stream, [dst, src, bytes] { std::memmove(dst, src, bytes); });
   return cudaSuccess;
@@ -429,6 +575,7 @@ cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t str
   {
     std::lock_guard<std::recursive_mutex> lock(g_mutex);
     if (!known_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+    if (!range_fits(dst, bytes)) return fail(cudaErrorInvalidValue);
   }
   detail::submit(stream, [dst, value, bytes] { std::memset(dst, value, bytes); });
   return cudaSuccess;
@@ -455,6 +602,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   auto it = g_streams.find(reinterpret_cast<CUstream_st*>(s));
   if (it == g_streams.end()) return fail(cudaErrorInvalidResourceHandle);
+  run_all(queue_of(s, 0));  // its work still completes
   g_streams.erase(it);
   delete reinterpret_cast<CUstream_st*>(s);
   return cudaSuccess;
@@ -475,9 +623,12 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   if (!known_stream(s)) return fail(cudaErrorInvalidResourceHandle);
   if (auto c = capture_of(s)) return refuse_during_capture(c);
+  StreamState* st = state_of(s);
+  run_all(queue_of(s, st ? st->device : t_device));
   return cudaSuccess;
 }
-// Work runs when issued, so a stream is always idle: a query answers as a synchronize does.
+// A query finds the stream's work done: the simulation runs it now (a GPU that is fast enough),
+// so a caller polling for completion makes progress.
 cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
@@ -488,6 +639,11 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
     if (!st) return fail(cudaErrorStreamCaptureImplicit);
     if (st->capture && st->capture != ev->capture) return fail(cudaErrorStreamCaptureIsolation);
     st->capture = ev->capture;
+    return cudaSuccess;
+  }
+  if (deferred_streams() && ev->recorded) {
+    StreamState* st = state_of(s);
+    if (Queue* q = queue_of(s, st ? st->device : t_device)) enqueue_wait(q, ev->stream, ev->device, ev->position);
   }
   return cudaSuccess;
 }
@@ -518,16 +674,22 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (!g_events.count(ev) || !known_stream(s)) return fail(cudaErrorInvalidResourceHandle);
   ev->capture = capture_of(s);
   if (!ev->capture) {
+    StreamState* st = state_of(s);
     ev->recorded = true;
     ev->time_ms = now_ms();
+    ev->stream = s;
+    ev->device = st ? st->device : t_device;
+    ev->position = queue_of(s, ev->device)->issued;
   }
   return cudaSuccess;
 }
+// As cudaStreamQuery: the work before the event runs now.
 cudaError_t cudaEventQuery(cudaEvent_t e) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   auto* ev = reinterpret_cast<CUevent_st*>(e);
   if (!g_events.count(ev)) return fail(cudaErrorInvalidResourceHandle);
   if (ev->capture) return refuse_during_capture(ev->capture);
+  if (ev->recorded) run_until(queue_of(ev->stream, ev->device), ev->position);
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) { return cudaEventQuery(e); }

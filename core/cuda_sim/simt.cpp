@@ -579,13 +579,13 @@ void sync_threads(const char* where) {
 }
 
 namespace {
-CaptureHook g_capture_hook = nullptr;
+SubmitHook g_submit_hook = nullptr;
 }  // namespace
 
-void set_capture_hook(CaptureHook hook) { g_capture_hook = hook; }
+void set_submit_hook(SubmitHook hook) { g_submit_hook = hook; }
 
 void submit(cudaStream_t stream, std::function<void()> work) {
-  if (g_capture_hook != nullptr && g_capture_hook(stream, work)) return;
+  if (g_submit_hook != nullptr && g_submit_hook(stream, work)) return;
   work();
 }
 

@@ -191,6 +191,21 @@ TEST(CudaRuntime, EveryCallPutsTheCallersDeviceBack) {
   EXPECT_TRUE(std::isfinite(z.item<double>()));
 }
 
+// A copy between two devices runs on the destination's current stream after the source
+// device's current stream (and the source stream waits for the copy), so neither side sees the
+// other's memory early. In the CUDA simulation (tests/CMakeLists.txt: two simulated devices,
+// work deferred until something waits for it) a missing wait reads the source unwritten.
+TEST(CudaRuntime, CopiesBetweenDevicesFollowBothStreams) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  if (cuda::device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
+  Tensor x = randn({4096});
+  Tensor a = x.to(Device::cuda(0)) * 3 + 1;  // produced by kernels on cuda:0
+  Tensor b = a.to(Device::cuda(1));          // copied on cuda:1's stream
+  Tensor c = (b * 2).to(Device::cuda(0));    // and back, after cuda:1's kernel
+  EXPECT_TRUE(all_close(c.cpu(), (x * 3 + 1) * 2));
+  EXPECT_TRUE(all_close(b.cpu(), x * 3 + 1));
+}
+
 // synchronize() of every device waits only for devices this process has a context on: waiting
 // on another would create its context (issue 40, item 6). Each ctest case is its own process,
 // so cuda:0 has none yet unless the test's set-up made one.

@@ -22,6 +22,10 @@ bool contains(const std::string& s, const std::string& part) {
 
 // Several dependent kernels on the current stream, long enough that a missing wait on
 // another stream would let that stream read stale values: y = x * 0.5 + 1, 16 times.
+// Elements for the busy chains: enough to keep a GPU busy for a while; in the CUDA simulation
+// (work on the CPU, one fiber per thread) a small tensor orders the streams just the same.
+int64_t big_enough() { return cuda::is_simulated() ? int64_t(1) << 14 : int64_t(1) << 22; }
+
 Tensor busy_chain(Tensor x) {
   for (int i = 0; i < 16; ++i) x = x.mul(0.5).add(1.0);
   return x;
@@ -131,7 +135,7 @@ TEST(CudaStreamGpu, StreamGuardSwitchesAndRestores) {
 
 TEST(CudaStreamGpu, EventsTimeAKernel) {
   SKIP_WITHOUT_GPU();
-  Tensor x = randn({1 << 22}, Device::cuda(0));
+  Tensor x = randn({big_enough()}, Device::cuda(0));
   cuda::Event start(cuda::EventOptions{.device = 0, .enable_timing = true});
   cuda::Event end(cuda::EventOptions{.device = 0, .enable_timing = true});
   EXPECT_FALSE(start.recorded());
@@ -158,7 +162,7 @@ TEST(CudaStreamGpu, EventsTimeAKernel) {
 
 TEST(CudaStreamGpu, SideStreamOrderedWithEvents) {
   SKIP_WITHOUT_GPU();
-  Tensor host = randn({1 << 20});
+  Tensor host = randn({big_enough() / 4});
   const cuda::Stream main = cuda::current_stream(0);
   // Produced on the main stream by a chain of kernels...
   Tensor x = busy_chain(host.to(Device::cuda(0)));
@@ -191,7 +195,7 @@ TEST(CudaStreamGpu, SideStreamOrderedWithEvents) {
 
 TEST(CudaStreamGpu, NonBlockingCopyFromPinnedMemory) {
   SKIP_WITHOUT_GPU();
-  Tensor host = randn({1 << 20});
+  Tensor host = randn({big_enough() / 4});
   Tensor pinned = host.pin_memory();
   ASSERT_TRUE(pinned.is_pinned());
   cuda::Stream s(cuda::StreamOptions{.device = 0, .non_blocking = true});

@@ -18,7 +18,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -122,6 +124,9 @@ TEST(SimRuntime, CaptureRecordsAndReplays) {
   ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
   ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
   ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  // `s` is non-blocking: the legacy stream's read does not wait for it (the simulation's
+  // deferred streams made this test's missing synchronization fail).
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   for (float x : read(d, 32)) EXPECT_EQ(x, 22.0f);  // (1 + 10) twice
   ASSERT_EQ(cudaStreamGetCaptureInfo(side, &status, &id_side), cudaSuccess);
   EXPECT_EQ(status, cudaStreamCaptureStatusNone) << "the side stream left the capture with it";
@@ -163,6 +168,67 @@ TEST(SimRuntime, CaptureRefusesSynchronizationAndMalloc) {
 
 // ember's primary_context_active asks the driver through the runtime's entry points: a device
 // counts as touched once this process used it.
+// Work waits on its stream until something needs it (EMBER_SIM_STREAMS=deferred, the
+// default), so a consumer on another stream that skips the event wait sees the producer's
+// memory unwritten, as it could on the card; with the wait it sees the result. The legacy
+// stream and blocking streams order each other; pageable copies behave as cudart's.
+TEST(SimRuntime, StreamsRunDeferredAndOnlyEventsOrderThem) {
+  const char* mode = std::getenv("EMBER_SIM_STREAMS");
+  if (mode && std::string(mode) == "eager") GTEST_SKIP() << "EMBER_SIM_STREAMS=eager: work runs when issued";
+  float *src = nullptr, *dst = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&src), 32 * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dst), 32 * 4), cudaSuccess);
+  cudaStream_t producer = nullptr, consumer = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(src, 0, 32 * 4, producer), cudaSuccess);
+  ember::cuda::launch_kernel(add_scalar, dim3(1), dim3(32), 0, producer, src, 32, 2.0f);
+
+  // No wait: the consumer's copy runs when the consumer is synchronized, before the producer.
+  ASSERT_EQ(cudaMemcpyAsync(dst, src, 32 * 4, cudaMemcpyDeviceToDevice, consumer), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(consumer), cudaSuccess);
+  std::vector<float> h(32);
+  ASSERT_EQ(cudaMemcpyAsync(h.data(), dst, 32 * 4, cudaMemcpyDeviceToHost, consumer), cudaSuccess);
+  for (float v : h) EXPECT_TRUE(std::isnan(v)) << "the producer's work ran without anyone waiting for it";
+
+  // With the event: the producer runs up to the record first.
+  cudaEvent_t ready = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(ready, producer), cudaSuccess);
+  ember::cuda::launch_kernel(add_scalar, dim3(1), dim3(32), 0, producer, src, 32, 100.0f);  // after the record
+  ASSERT_EQ(cudaStreamWaitEvent(consumer, ready, 0), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(dst, src, 32 * 4, cudaMemcpyDeviceToDevice, consumer), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(h.data(), dst, 32 * 4, cudaMemcpyDeviceToHost, consumer), cudaSuccess);
+  for (float v : h) EXPECT_EQ(v, 2.0f) << "the copy sees the work before the event, not after";
+  ASSERT_EQ(cudaStreamSynchronize(producer), cudaSuccess);
+  for (float v : read(src, 32)) EXPECT_EQ(v, 102.0f);
+
+  // A blocking stream and the legacy stream wait for each other's earlier work.
+  cudaStream_t blocking = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&blocking, cudaStreamDefault), cudaSuccess);
+  ember::cuda::launch_kernel(add_scalar, dim3(1), dim3(32), 0, blocking, src, 32, 1.0f);
+  ember::cuda::launch_kernel(add_scalar, dim3(1), dim3(32), 0, nullptr, src, 32, 1000.0f);
+  ember::cuda::launch_kernel(add_scalar, dim3(1), dim3(32), 0, blocking, dst, 32, 0.0f);
+  ASSERT_EQ(cudaMemcpyAsync(dst, src, 32 * 4, cudaMemcpyDeviceToDevice, blocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(blocking), cudaSuccess);
+  for (float v : read(dst, 32)) EXPECT_EQ(v, 1103.0f);
+
+  // From pageable memory the source is read at the call; cudaFree synchronizes the device.
+  std::vector<float> ones(32, 1.0f);
+  ASSERT_EQ(cudaMemcpyAsync(src, ones.data(), 32 * 4, cudaMemcpyHostToDevice, producer), cudaSuccess);
+  std::fill(ones.begin(), ones.end(), -1.0f);
+  ember::cuda::launch_kernel(add_scalar, dim3(1), dim3(32), 0, producer, src, 32, 4.0f);
+  ASSERT_EQ(cudaMemcpyAsync(dst, src, 32 * 4, cudaMemcpyDeviceToDevice, producer), cudaSuccess);
+  ASSERT_EQ(cudaFree(src), cudaSuccess);
+  std::vector<float> after(32);
+  std::memcpy(after.data(), dst, 32 * 4);  // no stream call: cudaFree ran everything
+  for (float v : after) EXPECT_EQ(v, 5.0f);
+
+  ASSERT_EQ(cudaEventDestroy(ready), cudaSuccess);
+  for (cudaStream_t s : {producer, consumer, blocking}) ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  ASSERT_EQ(cudaFree(dst), cudaSuccess);
+}
+
 TEST(SimRuntime, PrimaryContextStateThroughTheDriverEntryPoints) {
   void* get = nullptr;
   void* state = nullptr;
@@ -201,6 +267,7 @@ TEST(SimCub, SortsAndScansKeepCubsContract) {
   ASSERT_EQ(cub::DeviceRadixSort::SortPairs(temp.data(), bytes, keys.data(), kout.data(), pos.data(), pout.data(), n,
                                             0, 12, nullptr),
             cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);  // the sort waits on its stream until then
   std::vector<int64_t> want(n);
   std::iota(want.begin(), want.end(), 0);
   std::stable_sort(want.begin(), want.end(), [&](int64_t a, int64_t b) { return (keys[a] & 4095) < (keys[b] & 4095); });
@@ -214,6 +281,7 @@ TEST(SimCub, SortsAndScansKeepCubsContract) {
                                                               pos.data(), pout.data(), n, 3, offsets.data(),
                                                               offsets.data() + 1, 0, 32, nullptr),
             cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
   for (int s = 0; s < 3; ++s) {
     std::vector<int64_t> seg;
     for (int i = offsets[s]; i < offsets[s + 1]; ++i) seg.push_back(i);
@@ -238,6 +306,7 @@ TEST(SimCub, SortsAndScansKeepCubsContract) {
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
   ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   EXPECT_EQ(a, inclusive);
   EXPECT_EQ(b, exclusive);
   cudaGraphExecDestroy(exec);

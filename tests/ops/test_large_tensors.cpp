@@ -33,6 +33,29 @@ double max_rel(const Tensor& a, const Tensor& b, DType dt = DType::f64) {
 
 }  // namespace
 
+// A small view whose offsets pass 2^31 elements: 2 rows of 64 in an f16 storage of 2 x kBig
+// (8 GiB, of which the ops touch a few pages). Every kernel below indexes it with a row offset
+// of kBig elements, so an offset computed in 32 bits reads or writes the wrong place. It runs in
+// the CUDA simulation too (its allocations from 1 GiB up are mapped lazily): the seeded 32-bit
+// offset bug of scripts/sim_mutants.py fails it there.
+TEST(LargeTensorsCuda, SmallViewWithOffsetsPastTwoToTheThirtyOne) {
+  EMBER_SKIP_UNLESS_FREE(int64_t(9) << 30);
+  const Device dev = Device::cuda(0);
+  NoGradGuard no_grad;
+  Tensor big = empty({2 * kBig}, TensorOptions(DType::f16).device(dev));
+  Tensor v = big.view({2, kBig}).narrow(1, 0, 64);  // strides {kBig, 1}
+  ASSERT_FALSE(v.is_contiguous());
+  Tensor src = randn({2, 64}).to(DType::f16);
+  v.copy_(src.to(dev));  // elementwise copy into the strided view
+  Tensor cpu_view = src.to(DType::f32);
+  EXPECT_TRUE(test::all_close(v.to(Device::cpu()).to(DType::f32), cpu_view, 0, 0));
+  EXPECT_EQ(big.narrow(0, kBig + 5, 1).to(DType::f32).item<float>(), cpu_view[1][5].item<float>());
+  // A scan and a reduction along the rows of the view, against the CPU on the same values.
+  EXPECT_TRUE(test::all_close(v.to(DType::f32).cumsum(1).to(Device::cpu()), cpu_view.cumsum(1), 1e-5, 1e-5));
+  EXPECT_TRUE(test::all_close(v.cumsum(1).to(Device::cpu()).to(DType::f32), src.cumsum(1).to(DType::f32), 1e-2, 1e-2));
+  EXPECT_TRUE(test::all_close(v.to(DType::f32).sum({1}).to(Device::cpu()), cpu_view.sum({1}), 1e-5, 1e-5));
+}
+
 // A broadcast add in f16 over kBig elements ([kBig / 4099, 4099] + [4099]), checked piece by
 // piece against the same add on row ranges below 2^31 elements.
 TEST(LargeTensorsCuda, BroadcastAddInF16PastTwoToTheThirtyOne) {

@@ -156,8 +156,13 @@ TEST_P(NnOps, SoftmaxEveryDimOf3DMatchesHostLoop) {
   for (DType dt : kFloatTypes) {
     // A small shape (one thread) and a large one (several threads; tile path over non-last dims).
     for (Shape shape : {Shape{3, 4, 5}, Shape{8, 300, 41}}) {
+      // The CUDA simulation runs the large shape's kernels once per dim, in f32 and bf16: the
+      // negative dims and the other dtypes take the same kernels (the small shape has them all).
+      const bool sim_short = dev().is_cuda() && cuda::is_simulated() && shape[1] == 300;
+      if (sim_short && dt != DType::f32 && dt != DType::bf16) continue;
       auto [x, ref] = rounded(randn(shape, DType::f64).mul(3.0), dt, dev());
       for (int64_t dim : {0, 1, 2, -1, -2, -3}) {
+        if (sim_short && dim < 0) continue;
         for (bool log : {false, true}) {
           SCOPED_TRACE(str(dtype_name(dt), " shape ", shape, " dim ", dim, log ? " log" : ""));
           Tensor y = log ? log_softmax(x, dim) : softmax(x, dim);

@@ -144,11 +144,12 @@ using Body = void (*)(void* closure);
 // Throws LaunchError for a launch an H100 refuses.
 void check_launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared, size_t parameter_bytes);
 void run_grid(dim3 grid, dim3 block, size_t dynamic_shared, Body body, void* closure);
-// Runs `work` now, or records it when `stream` is capturing a graph (the simulated runtime's
-// hook; without a runtime, always now).
+// Hands `work` to the simulated runtime's hook, which records it when `stream` is capturing a
+// graph or queues it on the stream until something waits for it (runtime.cpp); without a
+// runtime, or when the hook declines, it runs now.
 void submit(cudaStream_t stream, std::function<void()> work);
-using CaptureHook = bool (*)(cudaStream_t stream, std::function<void()>& work);  // true: recorded
-void set_capture_hook(CaptureHook hook);
+using SubmitHook = bool (*)(cudaStream_t stream, std::function<void()>& work);  // true: taken
+void set_submit_hook(SubmitHook hook);
 
 }  // namespace detail
 inline unsigned char* dynamic_shared_memory() { return detail::t_dynamic_shared; }
@@ -171,10 +172,10 @@ T from_bits(uint64_t b) {
 }  // namespace detail
 
 // kernel<<<grid, block, dynamic_shared, stream>>>(args...): every thread runs the kernel with
-// its own copy of the parameters, converted from args as a launch converts them. Runs to
-// completion before it returns (stream order holds trivially), or, on a stream capturing a
-// graph, is recorded with its parameters for the graph's replays. A launch an H100 refuses
-// throws LaunchError before anything runs.
+// its own copy of the parameters, converted from args as a launch converts them. It runs when
+// the stream reaches it (runtime.cpp: at once, or when something waits for the stream), or, on
+// a stream capturing a graph, is recorded with its parameters for the graph's replays. A launch
+// an H100 refuses throws LaunchError before anything is queued.
 template <class... Params, class... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dynamic_shared, cudaStream_t stream,
             Args&&... args) {
