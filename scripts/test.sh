@@ -92,6 +92,16 @@ if ((asan_status == 0)); then
   CUDA_VISIBLE_DEVICES= ctest --test-dir "$asan_dir" --output-on-failure --timeout 900 -j "$jobs" \
         -E "^install\\.|$plain_only" "$@" || asan_status=$?
   if [[ "$cuda_sim" == ON ]]; then
+    # A line that matches no test would read as a pass: each must name at least one.
+    for list in simulated second_schedule; do
+      while IFS= read -r line; do
+        [[ -z "$line" || "$line" == \#* ]] && continue
+        if ! ctest --test-dir "$asan_dir" -N -R "$line" | grep -q "Test *#"; then
+          log "tests/cuda_sim/$list.txt: '$line' matches no test"
+          asan_status=1
+        fi
+      done < "$root/tests/cuda_sim/$list.txt"
+    done
     included=$(regex_list "$root/tests/cuda_sim/simulated.txt")
     log "the CUDA cases in simulation: $included"
     ctest --test-dir "$asan_dir" --output-on-failure --timeout 900 -j "$jobs" -R "$included" "$@" \
