@@ -114,6 +114,36 @@ TEST(CudaMemory, RecordStreamAcceptsACudaTensor) {
   EXPECT_THROW(cuda::record_stream(randn({2}), nullptr), DeviceError);
 }
 
+// A block freed while a side stream still reads it (record_stream) is not handed to the next
+// allocation of its own stream until the side stream's work is done. In the CUDA simulation
+// (deferred streams) the side stream's read runs when the host synchronizes with it, after
+// the default stream's next writes: without the record_stream the same-sized tensor below
+// takes the block, its fill lands first and the side stream reads 7s.
+TEST(CudaMemory, RecordStreamKeepsABlockUntilTheSideStreamIsDone) {
+  SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda(0);
+  const int64_t n = 1 << 16;
+  Tensor t = randn({n}, dev);
+  Tensor expected = t.cpu() * 2;
+  cuda::Stream side(cuda::StreamOptions{.device = 0, .non_blocking = true});
+  side.wait_stream(cuda::current_stream(0));
+  Tensor on_side;
+  {
+    cuda::StreamGuard guard(side);
+    on_side = t * 2;  // reads t on the side stream
+  }
+  cuda::record_stream(t, side.handle());
+  t = Tensor();  // freed while the side stream may still read it
+  Tensor u = full({n}, 7.0, TensorOptions().device(dev));  // same size, the default stream
+  EXPECT_TRUE(all_close(u.cpu(), full({n}, 7.0)));
+  Tensor result;
+  {
+    cuda::StreamGuard guard(side);
+    result = on_side.cpu();
+  }
+  EXPECT_TRUE(all_close(result, expected));
+}
+
 namespace {
 Tensor graph_body(const Tensor& x, const Tensor& w) { return exp(x * w + 1) * 0.5 + x; }
 }  // namespace
