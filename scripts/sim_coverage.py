@@ -40,7 +40,7 @@ def kernels_in_sources():
     found = []
     for path in sorted(glob.glob(os.path.join(CUDA_DIR, "*.cu")) + glob.glob(os.path.join(CUDA_DIR, "*.cuh"))):
         text = open(path).read()
-        for m in re.finditer(r"__global__\s+(?:void\s+)?(?:__launch_bounds__\([^)]*\)\s*)?(?:void\s+)?(\w+)\s*\(", text):
+        for m in re.finditer(r"__global__\s+(?:void\s+)?(?:__launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*)?(?:void\s+)?(\w+)\s*\(", text):
             depth, i = 0, text.index("{", m.end())
             while True:
                 depth += {"{": 1, "}": -1}.get(text[i], 0)
@@ -147,7 +147,8 @@ def main():
         with open(args.markdown, "w") as out:
             out.write("| file | kernel | first simulated family that runs it |\n|---|---|---|\n")
             for name, kernel, line, fam in rows:
-                out.write(f"| {name} | `{kernel}` | {('`' + fam + '`') if fam else 'not run in simulation'} |\n")
+                cell = ("`" + fam.replace("|", "\\|") + "`") if fam else "not run in simulation"
+                out.write(f"| {name} | `{kernel}` | {cell} |\n")
     print("result: " + json.dumps(dict(line_coverage_pct=round(pct, 1), lines=instrumented, covered=covered,
                                        kernels=len(rows), kernels_run=len(rows) - len(unrun),
                                        failed_families=failed)))

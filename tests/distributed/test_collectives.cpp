@@ -153,6 +153,24 @@ TEST(Collectives, CudaGroupRejectsCpuTensors) {
   EXPECT_NE(msg.find("nccl process group communicates tensors on cuda"), std::string::npos) << msg;
 }
 
+// A collective issued from a side stream runs after what that stream produced: the group's
+// communication stream waits on the caller's current stream, not on the default one. The
+// host polls is_completed() before anything synchronizes the side stream, so in the CUDA
+// simulation (deferred streams) a missing wait copies the inputs before they are written.
+TEST(Collectives, NcclCollectiveWaitsForTheCallersStream) {
+  EMBER_NCCL_DEVICE_OR_SKIP(dev);
+  auto pg = distributed::default_group(dev);
+  cuda::Stream side(cuda::StreamOptions{.device = dev.index, .non_blocking = true});
+  cuda::StreamGuard guard(side);
+  Tensor in = input(my_rank(), DType::f32).to(dev);  // written on the side stream
+  Tensor g = zeros({world() * kN}, dev);
+  auto work = pg->all_gather(g, in, /*async_op=*/true);
+  while (!work->is_completed()) {
+  }
+  work->wait();
+  for (int r = 0; r < world(); ++r) EXPECT_TRUE(all_close(g.narrow(0, r * kN, kN).cpu(), input(r, DType::f32), 0, 0));
+}
+
 TEST(Collectives, NcclEveryCollectiveOnOneCard) {
   EMBER_NCCL_DEVICE_OR_SKIP(dev);
   auto pg = distributed::default_group(dev);

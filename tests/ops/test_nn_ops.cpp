@@ -561,22 +561,30 @@ TEST(NnCuda, SoftmaxForwardAndBackwardMatchCpu) {
   EMBER_SKIP_WITHOUT_CUDA();
   // 1, 31, 1025: around the warp and block widths; 3 x 20000: rows longer than a block and
   // than the shared-memory cache; 8 x 300 x 41 over dim 0: the thread-per-row kernel.
-  for (const Shape& shape : {Shape{1}, Shape{31}, Shape{1025}, Shape{33, 31}, Shape{4, 1025},
-                             Shape{3, 20000}, Shape{8, 300, 41}, Shape{64, 64, 3}}) {
+  // The CUDA simulation runs the one shape whose dim 0 takes the thread-per-row kernels
+  // (interleaved rows: nothing else runs their backward), over dim 0, contiguous, in f32 and
+  // bf16; the other shapes' kernels run in the NnOps cases there.
+  const bool sim = cuda::is_simulated();
+  const std::vector<Shape> shapes =
+      sim ? std::vector<Shape>{Shape{8, 300, 41}}
+          : std::vector<Shape>{Shape{1}, Shape{31}, Shape{1025}, Shape{33, 31}, Shape{4, 1025},
+                               Shape{3, 20000}, Shape{8, 300, 41}, Shape{64, 64, 3}};
+  for (const Shape& shape : shapes) {
     Tensor base = randn(shape, DType::f64).mul(3.0);
     Tensor gbase = randn(shape, DType::f64);
     // Views are taken after the cast and the move, so the kernels see their strides.
     const int64_t last = int64_t(shape.size()) - 1;
     std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> views = {
         {"contiguous", [](const Tensor& t) { return t; }}};
-    if (last >= 1) views.push_back({"transposed", [last](const Tensor& t) { return t.transpose(0, last); }});
-    if (shape[0] > 2)
+    if (last >= 1 && !sim) views.push_back({"transposed", [last](const Tensor& t) { return t.transpose(0, last); }});
+    if (shape[0] > 2 && !sim)
       views.push_back({"step-sliced", [](const Tensor& t) { return t.slice(0, 0, t.sizes()[0], 2); }});
     for (DType dt : kFloatTypes) {
+      if (sim && dt != DType::f32 && dt != DType::bf16) continue;
       for (auto& [name, view] : views) {
         Tensor cx = view(base.to(dt)), gx = view(base.to(kGpu, dt));
         Tensor cg = view(gbase.to(dt)), gg = view(gbase.to(kGpu, dt));
-        for (int64_t dim = 0; dim < cx.dim(); ++dim)
+        for (int64_t dim = 0; dim < (sim ? 1 : cx.dim()); ++dim)
           for (bool log : {false, true}) {
             SCOPED_TRACE(str(dtype_name(dt), " ", name, " ", cx.sizes(), " dim ", dim, log ? " log" : ""));
             Tensor cy = log ? ops::log_softmax(cx, dim) : ops::softmax(cx, dim);
