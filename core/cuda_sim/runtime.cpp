@@ -551,10 +551,11 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   if (!range_fits(dst, bytes) || !range_fits(src, bytes)) return fail(cudaErrorInvalidValue);
   if (!capture_of(stream) && deferred_streams()) {
     if (!runtime_allocated(dst)) {
-      // To pageable memory: cudart returns once the copy is done.
+      // To pageable memory: cudart returns once the copy is done (queued first, so that it
+      // also waits for what the legacy stream's implicit synchronization orders before it).
+      detail::submit(stream, [dst, src, bytes] { std::memmove(dst, src, bytes); });
       StreamState* st = state_of(stream);
       run_all(queue_of(stream, st ? st->device : t_device));
-      std::memmove(dst, src, bytes);
       return cudaSuccess;
     }
     if (!runtime_allocated(src)) {
@@ -675,6 +676,9 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   ev->capture = capture_of(s);
   if (!ev->capture) {
     StreamState* st = state_of(s);
+    // An empty item first: it carries the implicit waits (legacy and blocking streams) that
+    // order the record after other streams' earlier work.
+    if (deferred_streams()) detail::submit(s, [] {});
     ev->recorded = true;
     ev->time_ms = now_ms();
     ev->stream = s;
