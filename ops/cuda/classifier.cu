@@ -7,9 +7,13 @@
 //   reductions]). The row is read twice and written once: pass 1 the online max and sum of
 //   exp over the `classes` used columns, pass 2 the loss term and, with write_grad, dlogits
 //   = softmax - onehot written over the row in place (0 in the padded columns). Between the
-//   passes the row is usually still in L2 (1024 threads need 42-54 registers each, so ONE
-//   block per SM fits the 64K-register file: ~13 MB of rows in flight for GPT-2's 100 KB bf16
-//   rows; forcing 2 blocks with __launch_bounds__(1024, 2) spills, measured with -Xptxas -v).
+//   passes the row is usually still in L2. At most 512 threads per row with at least 2 blocks
+//   per SM (__launch_bounds__): one row's barrier reduction and pass change are covered by
+//   another row's loads (1024 threads at 42-54 registers left ONE block per SM, idle at every
+//   barrier; 2 x 1024 would spill). Each thread loads kUnroll = 2 packs before using any:
+//   32 KB of loads in flight per SM instead of 16 KB. ~26 MB of rows in flight for GPT-2's
+//   100 KB bf16 rows, within L2. Registers (nvcc 13, sm_90, -Xptxas -v, vectorized kernel):
+//   bf16/f16 48, f32 44, f64 62-63, no spills (kUnroll = 4 spills the 16-bit kernels).
 // - 16-byte vector loads and stores when the row start is 16-byte aligned (the front hands
 //   a fresh buffer at offset 0, so that is Vp * sizeof(S) % 16 == 0); scalar otherwise.
 // - Math in f32 for 16-bit storage (compute_t), rounded once on store; f64 in f64.
@@ -40,32 +44,35 @@ namespace ember::ops::cuda {
 
 namespace {
 
-constexpr int kMaxThreads = 1024;
+constexpr int kMaxThreads = 512;     // per row (Note in the header: 2+ blocks per SM)
+constexpr int kMinBlocksPerSm = 2;
+constexpr int kUnroll = 2;           // packs a thread loads before it uses any
 constexpr int kTotalThreads = 1024;
 
-// Loss term and dlogits of one row; with kVectorized the row is read and written in Packs.
+// Loss term and dlogits of one row; with kVectorized the row is read and written in 16-byte
+// Packs, otherwise one element at a time (Pack<S, 1>). Each thread visits packs tid, tid + B,
+// tid + 2B, ... (B = blockDim.x) in that order, kUnroll of them loaded before any is used.
 template <class S, class T, bool kVectorized>
-__global__ void __launch_bounds__(kMaxThreads)
+__global__ void __launch_bounds__(kMaxThreads, kMinBlocksPerSm)
     linear_cross_entropy_fwd_kernel(S* __restrict__ logits, int64_t vp, int64_t classes,
                                     const T* __restrict__ target, int64_t ts, int64_t ignore,
                                     bool write_grad, double* __restrict__ row_loss) {
   using C = compute_t<S>;
   constexpr C kNegInf = -std::numeric_limits<C>::infinity();
+  constexpr int W = kVectorized ? kVec<S> : 1;
+  using P = Pack<S, W>;
   __shared__ MaxSum<C> red[32];
   const int64_t i = blockIdx.x;
-  S* row = logits + i * vp;
+  P* row = reinterpret_cast<P*>(logits + i * vp);  // kVectorized: 16-byte aligned (host check)
   const int64_t t = int64_t(target[i * ts]);
-  constexpr int W = kVectorized ? kVec<S> : 1;
   const int64_t packs = vp / W;  // kVectorized: vp % W == 0
+  const int64_t step = int64_t(kUnroll) * blockDim.x;
   if (t == ignore) {  // uniform over the block: no reduction is reached
     if (threadIdx.x == 0) row_loss[i] = 0.0;
     if (write_grad) {
-      Pack<S> zero;
-      for (int j = 0; j < kVec<S>; ++j) store_c(&zero.v[j], C(0));
-      for (int64_t k = threadIdx.x; k < packs; k += blockDim.x) {
-        if constexpr (kVectorized) reinterpret_cast<Pack<S>*>(row)[k] = zero;
-        else row[k] = zero.v[0];
-      }
+      P zero;
+      for (int j = 0; j < W; ++j) store_c(&zero.v[j], C(0));
+      for (int64_t k = threadIdx.x; k < packs; k += blockDim.x) row[k] = zero;
     }
     return;
   }
@@ -74,32 +81,37 @@ __global__ void __launch_bounds__(kMaxThreads)
   // Pass 1: per-thread (max, sum of exp) over its elements, merged once per pack.
   MaxSum<C> ms{kNegInf, C(0)};
   const int64_t used_packs = ceil_div(classes, W);
-  for (int64_t k = threadIdx.x; k < used_packs; k += blockDim.x) {
-    C x[W];
-    if constexpr (kVectorized) {
-      const Pack<S> p = reinterpret_cast<const Pack<S>*>(row)[k];
+  for (int64_t k0 = threadIdx.x; k0 < used_packs; k0 += step) {
+    P p[kUnroll];
 #pragma unroll
-      for (int j = 0; j < W; ++j) x[j] = k * W + j < classes ? load_c(&p.v[j]) : kNegInf;
-    } else {
-      x[0] = load_c(row + k);
+    for (int u = 0; u < kUnroll; ++u)
+      if (k0 + u * int64_t(blockDim.x) < used_packs) p[u] = row[k0 + u * int64_t(blockDim.x)];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t k = k0 + u * int64_t(blockDim.x);
+      if (k >= used_packs) break;
+      C x[W];
+#pragma unroll
+      for (int j = 0; j < W; ++j) x[j] = k * W + j < classes ? load_c(&p[u].v[j]) : kNegInf;
+      C pm = x[0];
+#pragma unroll
+      for (int j = 1; j < W; ++j) pm = x[j] > pm ? x[j] : pm;
+      const C m = ms.m > pm ? ms.m : pm;
+      if (m == kNegInf) continue;
+      C s = ms.s * exp_c(ms.m - m);
+#pragma unroll
+      for (int j = 0; j < W; ++j) s += exp_c(x[j] - m);
+      // A NaN logit: pm and m may skip it, but exp(NaN - m) makes s NaN, so the loss is NaN.
+      ms = {m, s};
     }
-    C pm = x[0];
-#pragma unroll
-    for (int j = 1; j < W; ++j) pm = x[j] > pm ? x[j] : pm;
-    const C m = ms.m > pm ? ms.m : pm;
-    if (m == kNegInf) continue;
-    C s = ms.s * exp_c(ms.m - m);
-#pragma unroll
-    for (int j = 0; j < W; ++j) s += exp_c(x[j] - m);
-    // A NaN logit: pm and m may skip it, but exp(NaN - m) makes s NaN, so the loss is NaN.
-    ms = {m, s};
   }
   ms = row_reduce(ms, [](MaxSum<C> a, MaxSum<C> b) { return max_sum_merge(a, b); }, red, true);
   const C m = ms.m, log_s = log_c(ms.s), inv_s = C(1) / ms.s;
+  const S* srow = logits + i * vp;
   if (bad) {
     if (threadIdx.x == 0) row_loss[i] = double(std::numeric_limits<C>::quiet_NaN());
   } else if (!write_grad) {
-    if (threadIdx.x == 0) row_loss[i] = double((m - load_c(row + t)) + log_s);
+    if (threadIdx.x == 0) row_loss[i] = double((m - load_c(srow + t)) + log_s);
     return;
   }
   if (!write_grad) return;
@@ -108,30 +120,27 @@ __global__ void __launch_bounds__(kMaxThreads)
   // writes the loss term, from the value it reads before overwriting it. A bad target
   // (possibly a padded column) matches no column.
   const int64_t tt = bad ? int64_t(-1) : t;
-  for (int64_t k = threadIdx.x; k < packs; k += blockDim.x) {
-    const int64_t c0 = k * W;
-    if constexpr (kVectorized) {
-      Pack<S> p = reinterpret_cast<const Pack<S>*>(row)[k];
+  for (int64_t k0 = threadIdx.x; k0 < packs; k0 += step) {
+    P p[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (k0 + u * int64_t(blockDim.x) < packs) p[u] = row[k0 + u * int64_t(blockDim.x)];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t k = k0 + u * int64_t(blockDim.x);
+      if (k >= packs) break;
 #pragma unroll
       for (int j = 0; j < W; ++j) {
-        const int64_t c = c0 + j;
-        const C x = load_c(&p.v[j]);
+        const int64_t c = k * W + j;
+        const C x = load_c(&p[u].v[j]);
         C d = c < classes ? exp_c(x - m) * inv_s : C(0);
         if (c == tt) {
           row_loss[i] = double((m - x) + log_s);
           d -= C(1);
         }
-        store_c(&p.v[j], d);
+        store_c(&p[u].v[j], d);
       }
-      reinterpret_cast<Pack<S>*>(row)[k] = p;
-    } else {
-      const C x = load_c(row + c0);
-      C d = c0 < classes ? exp_c(x - m) * inv_s : C(0);
-      if (c0 == tt) {
-        row_loss[i] = double((m - x) + log_s);
-        d -= C(1);
-      }
-      store_c(row + c0, d);
+      row[k] = p[u];
     }
   }
 }
@@ -198,13 +207,12 @@ void fwd(const Tensor& logits, const Tensor& target, const Tensor& loss, const T
   double* rl = static_cast<double*>(row_loss.data_ptr());
   const bool vec = reinterpret_cast<uintptr_t>(lp) % 16 == 0 && (vp * int64_t(sizeof(S))) % 16 == 0;
   if (vec) {
-    ::ember::cuda::launch_kernel(linear_cross_entropy_fwd_kernel<S, T, true>, unsigned(n), row_threads(vp / kVec<S>),
-                                 0, stream,
-        lp, vp, classes, tp, ts, ignore, write_grad, rl);
+    ::ember::cuda::launch_kernel(linear_cross_entropy_fwd_kernel<S, T, true>, unsigned(n),
+                                 row_threads(vp / kVec<S>), 0, stream, lp, vp, classes, tp, ts, ignore,
+                                 write_grad, rl);
   } else {
     ::ember::cuda::launch_kernel(linear_cross_entropy_fwd_kernel<S, T, false>, unsigned(n), row_threads(vp),
-                                 0, stream,
-        lp, vp, classes, tp, ts, ignore, write_grad, rl);
+                                 0, stream, lp, vp, classes, tp, ts, ignore, write_grad, rl);
   }
   EMBER_CUDA_CHECK_LAUNCH();
   ::ember::cuda::launch_kernel(linear_cross_entropy_total_kernel<C, T>, 1, kTotalThreads, 0, stream,

@@ -242,6 +242,8 @@ void expect_cuda_matches_cpu(int64_t n, int64_t c, int64_t vp, int64_t v, std::o
 TEST(ClassifierCuda, MatchesCpuF32) {
   EMBER_SKIP_WITHOUT_CUDA();
   expect_cuda_matches_cpu(70, 32, 64, 61, std::nullopt, 1e-4, 1e-5, 1e-5);  // vectorized, masked pack
+  // 1025 packs: 512 threads, each loading 2 packs per step; the second step has one pack.
+  expect_cuda_matches_cpu(9, 16, 4100, 4097, std::nullopt, 1e-4, 1e-5, 1e-5);
 }
 
 TEST(ClassifierCuda, MatchesCpuUnalignedRows) {
