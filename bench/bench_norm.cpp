@@ -6,9 +6,10 @@
 //
 // Cases (f32): BatchNorm2d in training mode (batch statistics, running-stat update) at
 // [128, 32, 28, 28] and [128, 64, 14, 14] (the ResNet-on-MNIST shapes), GroupNorm(8 groups)
-// at [128, 64, 14, 14], RMSNorm over 768 at [4096, 768] (the peer: torch 1.13 has no
-// rms_norm, so its composite x * rsqrt(mean(x^2) + eps) * w, which is what torch 2.4 runs on
-// the CPU too). Forward under no_grad; forward+backward with x, weight (and bias) requiring
+// at [128, 64, 14, 14], GroupNorm(32 groups) at [1, 512, 64, 64] (a diffusion model's VAE
+// block: 32 rows of 64K elements, fewer rows than a GPU has SMs), RMSNorm over 768 at
+// [4096, 768] (the peer: torch 1.13 has no rms_norm, so its composite
+// x * rsqrt(mean(x^2) + eps) * w, which is what torch 2.4 runs on the CPU too). Forward under no_grad; forward+backward with x, weight (and bias) requiring
 // grad and a fixed output gradient, gradients reset every call.
 // Timing: each call timed, the median of --steps (CUDA: events, bench/gpu_timing.h).
 // Ends with one `result: {json}` line; "ratios" are ember speed / peer speed (> 1: faster).
@@ -31,6 +32,7 @@ struct Case {
   std::string name;  // kind:shape, as the peer prints it
   char kind;         // 'b' batch norm, 'g' group norm, 'r' rms norm
   Shape shape;
+  int64_t groups = 8;  // group norm
 };
 
 }  // namespace
@@ -47,6 +49,7 @@ int main(int argc, char** argv) {
   const std::vector<Case> cases = {{"bn2d_128x32x28x28", 'b', {128, 32, 28, 28}},
                                    {"bn2d_128x64x14x14", 'b', {128, 64, 14, 14}},
                                    {"gn8_128x64x14x14", 'g', {128, 64, 14, 14}},
+                                   {"gn32_1x512x64x64", 'g', {1, 512, 64, 64}, 32},
                                    {"rms_4096x768", 'r', {4096, 768}}};
   std::printf("normalization on %s, f32, %d threads\n", device_name.c_str(), threads);
   std::vector<std::string> names;
@@ -62,7 +65,7 @@ int main(int argc, char** argv) {
     auto run = [&](const Tensor& xv, const Tensor& wv, const Tensor& bv) {
       switch (c.kind) {
         case 'b': return batch_norm(xv, rm, rv, wv, bv, true, 0.1, 1e-5);
-        case 'g': return group_norm(xv, 8, wv, bv, 1e-5);
+        case 'g': return group_norm(xv, c.groups, wv, bv, 1e-5);
         default: return rms_norm(xv, {C}, wv, 1e-6);
       }
     };

@@ -26,12 +26,13 @@ def rms_norm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
-cases = [("bn2d_128x32x28x28", "b", (128, 32, 28, 28)),
-         ("bn2d_128x64x14x14", "b", (128, 64, 14, 14)),
-         ("gn8_128x64x14x14", "g", (128, 64, 14, 14)),
-         ("rms_4096x768", "r", (4096, 768))]
+cases = [("bn2d_128x32x28x28", "b", (128, 32, 28, 28), 0),
+         ("bn2d_128x64x14x14", "b", (128, 64, 14, 14), 0),
+         ("gn8_128x64x14x14", "g", (128, 64, 14, 14), 8),
+         ("gn32_1x512x64x64", "g", (1, 512, 64, 64), 32),
+         ("rms_4096x768", "r", (4096, 768), 0)]
 torch.manual_seed(0)
-for name, kind, shape in cases:
+for name, kind, shape, groups in cases:
     C = shape[1]
     x = torch.randn(shape, device=dev)
     dy = torch.randn(shape, device=dev)
@@ -42,7 +43,7 @@ for name, kind, shape in cases:
         if kind == "b":
             return F.batch_norm(xv, rm, rv, wv, bv, True, 0.1, 1e-5)
         if kind == "g":
-            return F.group_norm(xv, 8, wv, bv, 1e-5)
+            return F.group_norm(xv, groups, wv, bv, 1e-5)
         return rms_norm(xv, wv, 1e-6)
 
     def fwd():

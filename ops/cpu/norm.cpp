@@ -36,12 +36,15 @@ C* ptr_or_null(const Tensor& t) {
   return t.defined() ? static_cast<C*>(t.data_ptr()) : nullptr;
 }
 
-// sum(p[0..n)) and sum((p - m)^2) in C, vectorized; callers fold them into f64.
+// sum(p[0..n) - m) and sum((p - m)^2) in C, vectorized; callers fold them into f64. The
+// mean is summed shifted by a value of the data (its first element): around a large mean
+// (|mean| >> std) an unshifted f32 sum rounds at the mean's magnitude and the mean comes out
+// several ulps off, which the normalized output multiplies by 1/std.
 template <class C>
-C seg_sum(const C* p, int64_t n) {
+C seg_sum(const C* p, int64_t n, C m) {
   C s = 0;
 #pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += p[i];
+  for (int64_t i = 0; i < n; ++i) s += p[i] - m;
   return s;
 }
 template <class C>
@@ -58,9 +61,9 @@ C seg_sq(const C* p, int64_t n, C m) {
 // The same over a long run, in blocks of kBlock folded into f64 (bounded f32 rounding).
 constexpr int64_t kBlock = 1024;
 template <class C>
-double long_sum(const C* p, int64_t n) {
+double long_sum(const C* p, int64_t n, C m) {
   double s = 0;
-  for (int64_t i = 0; i < n; i += kBlock) s += double(seg_sum(p + i, std::min(kBlock, n - i)));
+  for (int64_t i = 0; i < n; i += kBlock) s += double(seg_sum(p + i, std::min(kBlock, n - i), m));
   return s;
 }
 template <class C>
@@ -239,9 +242,10 @@ void batch_norm_fwd(const Tensor& x, const Tensor& weight, const Tensor& bias, c
     double mu, is;
     const Planes<C> pl = channel<C>(xp, c, N, Cn, HW, buf);
     if (training) {
+      const C K = M > 0 ? pl.seg(0)[0] : C(0);
       double total = 0;
-      for (int64_t n = 0; n < N; ++n) total += long_sum(pl.seg(n), HW);
-      mu = total / double(M);
+      for (int64_t n = 0; n < N; ++n) total += long_sum(pl.seg(n), HW, K);
+      mu = double(K) + total / double(M);
       double sq = 0;
       for (int64_t n = 0; n < N; ++n) sq += long_sq(pl.seg(n), HW, C(mu));
       is = 1.0 / std::sqrt(sq / double(M) + eps);
@@ -345,7 +349,8 @@ void group_norm_fwd(const Tensor& x, const Tensor& weight, const Tensor& bias, c
   parallel_items(N * G, L, [&](int64_t row) {
     Buffer<C> buf;
     const C* xr = row_as<C>(xp + row * L, L, buf);
-    const double mu = long_sum(xr, L) / double(L);
+    const C K = L > 0 ? xr[0] : C(0);
+    const double mu = double(K) + long_sum(xr, L, K) / double(L);
     const double sq = long_sq(xr, L, C(mu));
     const double rs = 1.0 / std::sqrt(sq / double(L) + eps);
     mp[row] = C(mu);
@@ -373,15 +378,17 @@ void group_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, c
   C* dwp = ptr_or_null<C>(dweight);
   C* dbp = ptr_or_null<C>(dbias);
   const int64_t Cg = Cn / G, L = Cg * HW;
-  // Per (n, c): ds = sum_hw g * x, db = sum_hw g (PyTorch's decomposition: the group's sums
-  // and the parameter gradients all follow from them).
+  // Per (n, c): ds = sum_hw g * (x - mean), db = sum_hw g (PyTorch's decomposition, with x
+  // centered on its group's mean so that no later difference cancels: the group's sums and
+  // the parameter gradients all follow from them).
   std::vector<double> ds(size_t(N * Cn)), db(size_t(N * Cn));
   parallel_items(N * G, 2 * L, [&](int64_t row) {
     Buffer<C> gbuf, xbuf;
     const C* gr = row_as<C>(gp + row * L, L, gbuf);
     const C* xr = row_as<C>(xp + row * L, L, xbuf);
     const int64_t n = row / G, c0 = (row % G) * Cg;
-    double A = 0, B = 0;  // sum g*w, sum g*w*x over the group
+    const C mu_c = mp[row];
+    double A = 0, B = 0;  // sum g*w, sum g*w*(x - mean) over the group
     for (int64_t k = 0; k < Cg; ++k) {
       const C* g = gr + k * HW;
       const C* xs = xr + k * HW;
@@ -389,7 +396,7 @@ void group_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, c
 #pragma omp simd reduction(+ : a, s)
       for (int64_t i = 0; i < HW; ++i) {
         a += g[i];
-        s += g[i] * xs[i];
+        s += g[i] * (xs[i] - mu_c);
       }
       const size_t at = size_t(n * Cn + c0 + k);
       db[at] = double(a);
@@ -400,8 +407,8 @@ void group_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, c
     }
     if (!dxp) return;
     const double mu = double(mp[row]), rs = double(rp[row]), M = double(L);
-    // dx = rs * (g*w - A/M - xhat * rs * (B - mu*A) / M), xhat = (x - mu) * rs
-    const double k2 = -rs * rs * rs * (B - mu * A) / M;
+    // dx = rs * (g*w - A/M - xhat * rs * B / M), xhat = (x - mu) * rs
+    const double k2 = -rs * rs * rs * B / M;
     const double k3 = -rs * A / M - mu * k2;
     for (int64_t k = 0; k < Cg; ++k) {
       const double wc = w ? double(w[c0 + k]) : 1.0;
@@ -413,8 +420,7 @@ void group_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, c
     double sw = 0, sb = 0;
     for (int64_t n = 0; n < N; ++n) {
       const size_t at = size_t(n * Cn + c);
-      const double mu = double(mp[n * G + g]), rs = double(rp[n * G + g]);
-      sw += (ds[at] - mu * db[at]) * rs;
+      sw += ds[at] * double(rp[n * G + g]);
       sb += db[at];
     }
     if (dwp) dwp[c] = C(sw);

@@ -11,9 +11,13 @@
 // - Forward sums are shifted by the channel's first element (sum of x - K and (x - K)^2), so
 //   the one-pass variance does not cancel when |mean| >> std; accumulation in acc_t (f64 for
 //   f32/f64, f32 for 16-bit), as the CPU.
-// - Group norm: one block per (n, group) row for the statistics and y; backward reduces
-//   per (n, channel) plane, then per row, then writes dx elementwise; dweight/dbias sum over n
-//   in order. RMS norm: one block row per row (threads_per_row), dweight by chunk partials.
+// - Group norm: one block per (n, group) row for the statistics and y, or, when the rows are
+//   too few to fill the GPU (gn_slices > 1: N * G under ~512 with rows of 4K+ elements, e.g. a
+//   diffusion model's [1, 512, 64, 64] with 32 groups), each row split into slices whose
+//   shifted partial sums (batch norm's kernel, the rows as channels) one thread per row
+//   combines in slice order, then y elementwise. Backward reduces per (n, channel) plane (in
+//   slices the same way when the planes are few and long), then per row, then writes dx
+//   elementwise; dweight/dbias sum over n in order. Slice counts depend on the shape alone. RMS norm: one block row per row (threads_per_row), dweight by chunk partials.
 // - Deterministic (Note [deterministic CUDA reductions]): no float atomics anywhere.
 // - Everything runs on the current stream of x's device under a device guard; workspaces come
 //   from the caching allocator (stream-ordered); no host synchronization; 64-bit indexing.
@@ -383,26 +387,82 @@ __global__ void group_norm_fwd_kernel(const S* x, const compute_t<S>* weight,
   }
 }
 
-// One block per (n, c) plane: db = sum g, ds = sum g * x.
+// Slices of each reduced row when the rows alone leave the GPU idle: batch norm's rule (at
+// least 16 elements per thread, about 1024 blocks in all); 1 for most shapes.
+int64_t gn_slices(int64_t len, int64_t rows) { return bn_slices(len, rows); }
+
+// Rows too few to fill the GPU, forward: per-row mean and rstd from the slice partials of
+// batch_norm_stats_kernel (the rows as its channels, shifted by each row's first element).
 template <class S>
-__global__ void group_norm_plane_sums_kernel(const S* g, const S* x, int64_t HW,
-                                             Pair<acc_t<S>>* sums) {
+__global__ void group_norm_finish_kernel(const S* x, const Pair<acc_t<S>>* part, int64_t slices,
+                                         int64_t rows, int64_t L, double eps, compute_t<S>* mean,
+                                         compute_t<S>* rstd) {
+  using A = acc_t<S>;
+  const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= rows) return;
+  A s1 = A(0), s2 = A(0);
+  for (int64_t s = 0; s < slices; ++s) {
+    s1 += part[row * slices + s].a;
+    s2 += part[row * slices + s].b;
+  }
+  const double d = double(s1) / double(L);
+  const double var = fmax(double(s2) / double(L) - d * d, 0.0);
+  mean[row] = compute_t<S>(double(load_c(x + row * L)) + d);
+  rstd[row] = compute_t<S>(1.0 / sqrt(var + eps));
+}
+
+// y = x * scale + shift elementwise, scale = rstd_row * w_c, shift = b_c - mean_row * scale (the
+// single-block kernel's formula).
+template <class S, class Index>
+__global__ void group_norm_affine_kernel(const S* x, const compute_t<S>* weight, const compute_t<S>* bias,
+                                         const compute_t<S>* mean, const compute_t<S>* rstd, S* y,
+                                         int64_t C, int64_t G, int64_t HW, int64_t total) {
+  using C_ = compute_t<S>;
+  const int64_t L = (C / G) * HW;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = int64_t(Index(i) / Index(L));
+    const int64_t c = int64_t((Index(i) / Index(HW)) % Index(C));
+    const C_ scale = rstd[row] * (weight ? weight[c] : C_(1));
+    const C_ shift = (bias ? bias[c] : C_(0)) - mean[row] * scale;
+    store_c(y + i, load_c(x + i) * scale + shift);
+  }
+}
+
+// Block p * slices + s over slice s of plane p = (n, c): (sum g, sum g * (x - mean)) of the
+// slice into part[p * slices + s], x centered on its group's mean as on the CPU (no later
+// difference cancels); plane_sums() adds a plane's slices in order.
+template <class S>
+__global__ void group_norm_plane_sums_kernel(const S* g, const S* x, const compute_t<S>* mean,
+                                             int64_t C, int64_t G, int64_t HW, int64_t slices,
+                                             Pair<acc_t<S>>* part) {
   using A = acc_t<S>;
   __shared__ Pair<A> smem[32];
-  const int64_t p = blockIdx.x;
+  const int64_t p = int64_t(blockIdx.x) / slices, s = int64_t(blockIdx.x) % slices;
+  const int64_t chunk = ceil_div(HW, slices);
+  const int64_t k0 = s * chunk, k1 = min64(HW, k0 + chunk);
+  const A mu = A(mean[(p / C) * G + (p % C) / (C / G)]);
   Pair<A> acc{A(0), A(0)};
-  for (int64_t k = threadIdx.x; k < HW; k += blockDim.x) {
+  for (int64_t k = k0 + threadIdx.x; k < k1; k += blockDim.x) {
     const A gv = A(load_c(g + p * HW + k));
     acc.a += gv;
-    acc.b += gv * A(load_c(x + p * HW + k));
+    acc.b += gv * (A(load_c(x + p * HW + k)) - mu);
   }
   acc = row_reduce(acc, PairPlus<A>{}, smem, false);
-  if (threadIdx.x == 0) sums[p] = acc;
+  if (threadIdx.x == 0) part[p * slices + s] = acc;
+}
+
+template <class A>
+__device__ __forceinline__ Pair<A> plane_sums(const Pair<A>* part, int64_t p, int64_t slices) {
+  Pair<A> t = part[p * slices];
+  for (int64_t s = 1; s < slices; ++s) t = PairPlus<A>{}(t, part[p * slices + s]);
+  return t;
 }
 
 // One thread per row (n, group): dx = rs * w_c * g + k2 * x + k3 (coef = [k2 | k3] per row).
 template <class S>
-__global__ void group_norm_row_coef_kernel(const Pair<acc_t<S>>* sums, const compute_t<S>* weight,
+__global__ void group_norm_row_coef_kernel(const Pair<acc_t<S>>* sums, int64_t slices,
+                                           const compute_t<S>* weight,
                                            const compute_t<S>* mean, const compute_t<S>* rstd,
                                            int64_t rows, int64_t G, int64_t Cg, int64_t HW,
                                            compute_t<S>* coef) {
@@ -410,14 +470,15 @@ __global__ void group_norm_row_coef_kernel(const Pair<acc_t<S>>* sums, const com
   const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row >= rows) return;
   const int64_t n = row / G, c0 = (row % G) * Cg, C = G * Cg;
-  double A_ = 0, B = 0;  // sum g*w, sum g*w*x over the group
+  double A_ = 0, B = 0;  // sum g*w, sum g*w*(x - mean) over the group
   for (int64_t k = 0; k < Cg; ++k) {
     const double w = weight ? double(weight[c0 + k]) : 1.0;
-    A_ += w * double(sums[n * C + c0 + k].a);
-    B += w * double(sums[n * C + c0 + k].b);
+    const Pair<acc_t<S>> ps = plane_sums(sums, n * C + c0 + k, slices);
+    A_ += w * double(ps.a);
+    B += w * double(ps.b);
   }
   const double mu = double(mean[row]), rs = double(rstd[row]), M = double(Cg * HW);
-  const double k2 = -rs * rs * rs * (B - mu * A_) / M;
+  const double k2 = -rs * rs * rs * B / M;
   coef[row] = C_(k2);
   coef[rows + row] = C_(-rs * A_ / M - mu * k2);
 }
@@ -437,9 +498,9 @@ __global__ void group_norm_dx_kernel(const S* g, const S* x, S* dx, const comput
   }
 }
 
-// One thread per channel: dweight = sum_n (ds - mean * db) * rstd, dbias = sum_n db.
+// One thread per channel: dweight = sum_n ds * rstd (ds centered), dbias = sum_n db.
 template <class S>
-__global__ void group_norm_param_kernel(const Pair<acc_t<S>>* sums, const compute_t<S>* mean,
+__global__ void group_norm_param_kernel(const Pair<acc_t<S>>* sums, int64_t slices,
                                         const compute_t<S>* rstd, int64_t N, int64_t C, int64_t G,
                                         compute_t<S>* dweight, compute_t<S>* dbias) {
   using C_ = compute_t<S>;
@@ -448,8 +509,8 @@ __global__ void group_norm_param_kernel(const Pair<acc_t<S>>* sums, const comput
   const int64_t grp = c / (C / G);
   double sw = 0, sb = 0;
   for (int64_t n = 0; n < N; ++n) {
-    const Pair<acc_t<S>> s = sums[n * C + c];
-    sw += (double(s.b) - double(mean[n * G + grp]) * double(s.a)) * double(rstd[n * G + grp]);
+    const Pair<acc_t<S>> s = plane_sums(sums, n * C + c, slices);
+    sw += double(s.b) * double(rstd[n * G + grp]);
     sb += double(s.a);
   }
   if (dweight) dweight[c] = C_(sw);
@@ -466,11 +527,42 @@ void group_norm_fwd(const Tensor& x, const Tensor& weight, const Tensor& bias, c
                     const Tensor& mean, const Tensor& rstd, int64_t N, int64_t C, int64_t HW,
                     int64_t G, double eps) {
   using C_ = compute_t<S>;
+  using A = acc_t<S>;
   const auto on = ember::cuda::detail::on_device(x.device());
-  check_grid("group_norm", N * G);
-  ::ember::cuda::launch_kernel(group_norm_fwd_kernel<S>, unsigned(N * G), kThreads, 0, on.stream,
-      static_cast<const S*>(x.data_ptr()), ptr<const C_>(weight), ptr<const C_>(bias), ptr<S>(y),
-      ptr<C_>(mean), ptr<C_>(rstd), G, C / G, HW, eps);
+  const int64_t rows = N * G, L = (C / G) * HW, total = x.numel();
+  check_grid("group_norm", rows);
+  const S* xp = static_cast<const S*>(x.data_ptr());
+  const int64_t slices = gn_slices(L, rows);
+  if (slices == 1) {
+    ::ember::cuda::launch_kernel(group_norm_fwd_kernel<S>, unsigned(rows), kThreads, 0, on.stream,
+        xp, ptr<const C_>(weight), ptr<const C_>(bias), ptr<S>(y), ptr<C_>(mean), ptr<C_>(rstd), G, C / G,
+        HW, eps);
+    EMBER_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  // slices > 1 means rows < 1024 (bn_slices), within grid.y.
+  Tensor part = workspace<Pair<A>>(rows * slices, x.device());
+  const dim3 grid{unsigned(slices), unsigned(rows), 1u};
+  if (fits_u32(total))
+    ::ember::cuda::launch_kernel(batch_norm_stats_kernel<S, uint32_t>, grid, kThreads, 0, on.stream,
+        xp, rows, L, L, slices, ptr<Pair<A>>(part));
+  else
+    ::ember::cuda::launch_kernel(batch_norm_stats_kernel<S, uint64_t>, grid, kThreads, 0, on.stream,
+        xp, rows, L, L, slices, ptr<Pair<A>>(part));
+  EMBER_CUDA_CHECK_LAUNCH();
+  ::ember::cuda::launch_kernel(group_norm_finish_kernel<S>, unsigned(ceil_div(rows, kThreads)), kThreads, 0,
+                               on.stream, xp, ptr<const Pair<A>>(part), slices, rows, L, eps, ptr<C_>(mean),
+                               ptr<C_>(rstd));
+  EMBER_CUDA_CHECK_LAUNCH();
+  const unsigned blocks = unsigned(grid_for(total));
+  if (fits_u32(total))
+    ::ember::cuda::launch_kernel(group_norm_affine_kernel<S, uint32_t>, blocks, kThreads, 0, on.stream,
+        xp, ptr<const C_>(weight), ptr<const C_>(bias), ptr<const C_>(mean), ptr<const C_>(rstd), ptr<S>(y), C,
+        G, HW, total);
+  else
+    ::ember::cuda::launch_kernel(group_norm_affine_kernel<S, uint64_t>, blocks, kThreads, 0, on.stream,
+        xp, ptr<const C_>(weight), ptr<const C_>(bias), ptr<const C_>(mean), ptr<const C_>(rstd), ptr<S>(y), C,
+        G, HW, total);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
@@ -484,10 +576,11 @@ void group_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, c
   const S* gp = static_cast<const S*>(grad.data_ptr());
   const S* xp = static_cast<const S*>(x.data_ptr());
   const int64_t rows = N * G, total = x.numel();
-  check_grid("group_norm_backward", N * C);
-  Tensor sums = workspace<Pair<A>>(N * C, x.device());
-  ::ember::cuda::launch_kernel(group_norm_plane_sums_kernel<S>, unsigned(N * C), kThreads, 0, on.stream,
-      gp, xp, HW, ptr<Pair<A>>(sums));
+  const int64_t planes = N * C, slices = gn_slices(HW, planes);  // slices > 1: planes < 1024
+  check_grid("group_norm_backward", planes * slices);
+  Tensor sums = workspace<Pair<A>>(planes * slices, x.device());
+  ::ember::cuda::launch_kernel(group_norm_plane_sums_kernel<S>, unsigned(planes * slices), kThreads, 0, on.stream,
+      gp, xp, ptr<const C_>(mean), C, G, HW, slices, ptr<Pair<A>>(sums));
   EMBER_CUDA_CHECK_LAUNCH();
   const C_* mp = ptr<const C_>(mean);
   const C_* rp = ptr<const C_>(rstd);
@@ -495,7 +588,7 @@ void group_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, c
     Tensor coef = workspace<C_>(2 * rows, x.device());
     ::ember::cuda::launch_kernel(group_norm_row_coef_kernel<S>, unsigned(ceil_div(rows, kThreads)), kThreads,
                                  0, on.stream,
-        ptr<Pair<A>>(sums), ptr<const C_>(weight), mp, rp, rows, G, C / G, HW, ptr<C_>(coef));
+        ptr<Pair<A>>(sums), slices, ptr<const C_>(weight), mp, rp, rows, G, C / G, HW, ptr<C_>(coef));
     EMBER_CUDA_CHECK_LAUNCH();
     const unsigned blocks = unsigned(grid_for(total));
     if (fits_u32(total))
@@ -508,7 +601,7 @@ void group_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, c
   }
   if (dweight.defined() || dbias.defined()) {
     ::ember::cuda::launch_kernel(group_norm_param_kernel<S>, unsigned(ceil_div(C, kThreads)), kThreads, 0, on.stream,
-        ptr<Pair<A>>(sums), mp, rp, N, C, G, ptr<C_>(dweight), ptr<C_>(dbias));
+        ptr<Pair<A>>(sums), slices, rp, N, C, G, ptr<C_>(dweight), ptr<C_>(dbias));
     EMBER_CUDA_CHECK_LAUNCH();
   }
 }

@@ -297,6 +297,38 @@ TEST(NormOps, GroupNormMatchesReference) {
   }
 }
 
+// Data far from zero (mean 1000, unit spread) in f32: the statistics keep the mean's last
+// digits (sums shifted by a data value; the backward's sums centered on the mean), so y and the
+// parameter gradients match the f64 computation of the same f32 inputs to f32 accuracy at
+// the output's scale. Unshifted f32 sums put the mean ~8 ulps (5e-4) off and dweight 0.2% off.
+TEST(NormOps, StatisticsOfDataFarFromZeroKeepTheirDigits) {
+  manual_seed(18);
+  const Shape shape{2, 4, 48, 48};
+  Tensor x = add(randn(shape), full({}, 1000.0)), g = randn(shape);
+  Tensor w = randn({4}), b = randn({4});
+  const auto wide = [](const Tensor& t) { return t.to(DType::f64); };
+  {
+    SCOPED_TRACE("group_norm");
+    auto f = ops::group_norm_forward(x, 2, w, b, 1e-5);
+    auto r = ops::group_norm_forward(wide(x), 2, wide(w), wide(b), 1e-5);
+    EXPECT_TRUE(all_close(f.y, r.y.to(DType::f32), 0, 2e-4));
+    EXPECT_TRUE(all_close(f.mean, r.mean.to(DType::f32), 1e-7, 0));
+    auto bw = ops::group_norm_backward(g, x, 2, w, f.mean, f.rstd, {true, true, true});
+    auto rb = ops::group_norm_backward(wide(g), wide(x), 2, wide(w), r.mean, r.rstd, {true, true, true});
+    EXPECT_TRUE(all_close(bw.dx, rb.dx.to(DType::f32), 1e-4, 1e-5));
+    EXPECT_TRUE(all_close(bw.dweight, rb.dweight.to(DType::f32), 1e-4, 1e-3));
+    EXPECT_TRUE(all_close(bw.dbias, rb.dbias.to(DType::f32), 1e-5, 1e-3));
+  }
+  {
+    SCOPED_TRACE("batch_norm");
+    Tensor rm = zeros({4}), rv = ones({4}), rm64 = zeros({4}, DType::f64), rv64 = ones({4}, DType::f64);
+    auto f = ops::batch_norm_forward(x, w, b, rm, rv, true, 0.1, 1e-5);
+    auto r = ops::batch_norm_forward(wide(x), wide(w), wide(b), rm64, rv64, true, 0.1, 1e-5);
+    EXPECT_TRUE(all_close(f.y, r.y.to(DType::f32), 0, 2e-4));
+    EXPECT_TRUE(all_close(f.mean, r.mean.to(DType::f32), 1e-7, 0));
+  }
+}
+
 TEST(NormOps, RmsNormMatchesReference) {
   manual_seed(15);
   struct Case {
@@ -382,6 +414,48 @@ TEST(NormOpsCuda, MatchCpu) {
       auto gb = ops::rms_norm_backward(g.to(dev), x.to(dev), {cols}, w.to(dev), gf.rstd, {true, true});
       EXPECT_TRUE(test::close_to_cpu(gb.dx, cb.dx, 4 * rtol));
       EXPECT_TRUE(test::close_to_cpu(gb.dweight, cb.dweight, 4 * rtol));
+    }
+  }
+}
+
+// Rows too few to fill the GPU (N * G small, long rows): the forward splits each row into
+// slices (batch norm's shifted partial sums, combined per row in slice order) and the
+// backward each (n, c) plane. [1, 4, 96, 96] with 2 groups: 5 slices per row forward, 3 per
+// plane backward; the mean of 1000 against a unit spread checks that the one-pass variance is
+// shifted (unshifted f32 sums would lose it; the accumulators are f64 for f32, and a shift
+// keeps them exact for 16-bit too). [3, 6, 5, 5] keeps one block per row, for comparison.
+TEST(NormOpsCuda, GroupNormSplitsFewLongRows) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda(0);
+  manual_seed(17);
+  struct Case {
+    Shape shape;
+    int64_t G;
+    double offset;
+  };
+  for (const Case& cs : {Case{{1, 4, 96, 96}, 2, 1000.0}, Case{{1, 4, 96, 96}, 2, 0.5}, Case{{3, 6, 5, 5}, 3, 2.0}}) {
+    for (DType dt : {DType::f32, DType::bf16}) {
+      if (dt == DType::bf16 && cs.offset > 100) continue;  // bf16 cannot hold 1000 + a unit spread
+      SCOPED_TRACE(str(cs.shape, " G ", cs.G, " offset ", cs.offset, " ", dtype_name(dt)));
+      const double rtol = test::cuda_rtol(dt);
+      const int64_t C = cs.shape[1];
+      Tensor x = add(randn(cs.shape), full({}, cs.offset)).to(dt), g = randn(cs.shape).to(dt);
+      Tensor w = randn({C}).to(dt), b = randn({C}).to(dt);
+      auto cf = ops::group_norm_forward(x, cs.G, w, b, 1e-5);
+      auto gf = ops::group_norm_forward(x.to(dev), cs.G, w.to(dev), b.to(dev), 1e-5);
+      // y = x * scale + shift rounds x * scale at the data's magnitude on both devices: an
+      // absolute error of a few units of the last place of |x| * rstd * |w|, whatever the
+      // statistics (rstd is about 1 here).
+      const double eps = dt == DType::f32 ? 1.2e-7 : 7.9e-3;
+      const double y_floor = 4 * eps * (cs.offset + 4) * w.abs().max().item<double>();
+      EXPECT_TRUE(test::all_close(gf.y.cpu(), cf.y, rtol, std::max(y_floor, rtol * cf.y.abs().max().item<double>())));
+      EXPECT_TRUE(test::close_to_cpu(gf.mean, cf.mean, rtol));
+      EXPECT_TRUE(test::close_to_cpu(gf.rstd, cf.rstd, rtol));
+      auto cb = ops::group_norm_backward(g, x, cs.G, w, cf.mean, cf.rstd, {true, true, true});
+      auto gb = ops::group_norm_backward(g.to(dev), x.to(dev), cs.G, w.to(dev), gf.mean, gf.rstd, {true, true, true});
+      EXPECT_TRUE(test::close_to_cpu(gb.dx, cb.dx, 4 * rtol));
+      EXPECT_TRUE(test::close_to_cpu(gb.dweight, cb.dweight, 4 * rtol));
+      EXPECT_TRUE(test::close_to_cpu(gb.dbias, cb.dbias, 4 * rtol));
     }
   }
 }
