@@ -18,9 +18,12 @@
 //   draws counter offset + c and writes elements 4c .. 4c + 3 with the CPU's comparison, so
 //   CPU and CUDA masks are bit-identical for the same generator state.
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_run_length_encode.cuh>
 #include <cub/device/device_scan.cuh>
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "ember/cuda/launch.h"
@@ -198,8 +201,8 @@ __global__ void index_select_fwd_kernel(const U* x, const void* index, bool i32,
 // 1. each source gets a key, its destination (`sentinel` for a bad index, which is reported
 //    and then skipped), and its position; a stable radix sort by key keeps the positions of a
 //    destination in ascending order, the CPU's order;
-// 2. runs of equal keys are delimited (head flags, an inclusive scan numbering the runs, the
-//    runs' starts);
+// 2. runs of equal keys are counted (a run-length encoding: each run's key and length) and
+//    their starts found (an exclusive scan of the lengths);
 // 3. a run of at most kChunk sources is summed by one thread per column, starting from the
 //    destination's old value, exactly in the CPU's order (bit-identical for f32/f64; scatter_add
 //    also rounds after every add in 16-bit dtypes, as the CPU; index_add, so embedding's
@@ -211,35 +214,38 @@ __global__ void index_select_fwd_kernel(const U* x, const void* index, bool i32,
 //    the result is identical from run to run, but it rounds differently from the CPU's
 //    one-by-one sum. The work per thread is at most kChunk adds plus one add per chunk of its
 //    run, instead of the whole run.
-// Everything is stream-ordered: no host synchronization, legal under graph capture. Scratch:
-// about 48 bytes per source (keys, positions, run bookkeeping), freed after the op.
+// Everything is stream-ordered: no host synchronization, legal under graph capture. Keys and
+// positions are 32-bit where every key and position fits (destinations and sources below
+// 2^32 and 2^31: nearly always), 64-bit otherwise; each scratch array is of that width. Scratch:
+// about 24 bytes per source at 32 bits, 48 at 64 (keys and positions sorted, the runs' lengths,
+// starts and chunk counts), freed after the op; the radix sort covers only the bits a key can
+// have.
 constexpr int64_t kChunk = 256;
 
 // Validates index values and writes the sort's input pairs (key: the value, as unsigned so
 // CUB sorts plain bits; value: the position j). A bad value is reported and keyed `size`, one
 // past the last destination: it sorts last and is skipped.
-template <class I>
-__global__ void index_keys_kernel(const I* index, int64_t n, int64_t size, unsigned long long* keys,
-                                  int64_t* pos, const ember::cuda::FaultSite fault) {
+template <class I, class K, class P>
+__global__ void index_keys_kernel(const I* index, int64_t n, int64_t size, K* keys, P* pos,
+                                  const ember::cuda::FaultSite fault) {
   for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < n;
        j += int64_t(gridDim.x) * blockDim.x) {
     const int64_t v = int64_t(index[j]);
     const bool bad = v < 0 || v >= size;
     if (bad) fault.report(v);
     if (keys) {
-      keys[j] = bad ? (unsigned long long)size : (unsigned long long)v;
-      pos[j] = j;
+      keys[j] = bad ? K(size) : K(v);
+      pos[j] = P(j);
     }
   }
 }
 
 // scatter_add's pairs: source t = line * len + j gets key line * size + index[line, j] (or
 // the sentinel lines * size) and position t.
-template <class I>
+template <class I, class K, class P>
 __global__ void scatter_keys_kernel(const I* index, Strides<3> s, int64_t len, int64_t is_dim, int64_t size,
-                                    int64_t n, unsigned long long* keys, int64_t* pos,
-                                    const ember::cuda::FaultSite fault) {
-  const unsigned long long sentinel = (unsigned long long)(n / len) * (unsigned long long)size;
+                                    int64_t n, K* keys, P* pos, const ember::cuda::FaultSite fault) {
+  const K sentinel = K(n / len) * K(size);
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < n; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t line = t / len, j = t % len;
     int64_t off[3];
@@ -247,8 +253,8 @@ __global__ void scatter_keys_kernel(const I* index, Strides<3> s, int64_t len, i
     const int64_t v = int64_t(index[off[1] + j * is_dim]);
     const bool bad = v < 0 || v >= size;
     if (bad) fault.report(v);
-    keys[t] = bad ? sentinel : (unsigned long long)line * (unsigned long long)size + (unsigned long long)v;
-    pos[t] = t;
+    keys[t] = bad ? sentinel : K(line) * K(size) + K(v);
+    pos[t] = P(t);
   }
 }
 
@@ -286,41 +292,24 @@ struct ScatterAddAccess {
   }
 };
 
-__global__ void run_heads_kernel(const unsigned long long* keys, int64_t n, int64_t* head) {
-  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x)
-    head[k] = k == 0 || keys[k] != keys[k - 1] ? 1 : 0;
-}
-
-// run_id = inclusive sum of the heads (1-based): run r starts at start[r]; start[runs] = n.
-__global__ void run_starts_kernel(const int64_t* head, const int64_t* run_id, int64_t n, int64_t* start,
-                                  int64_t* runs) {
-  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x) {
-    if (head[k]) start[run_id[k] - 1] = k;
-    if (k == n - 1) {
-      start[run_id[k]] = n;
-      *runs = run_id[k];
-    }
-  }
-}
-
 // Chunks of each run longer than kChunk (0 for the others and past the last run).
-__global__ void run_chunks_kernel(const int64_t* start, const int64_t* runs, int64_t n, int64_t* chunks) {
+template <class P>
+__global__ void run_chunks_kernel(const P* start, const P* runs, int64_t n, P* chunks) {
   const int64_t R = *runs;
   for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < n; r += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t len = r < R ? start[r + 1] - start[r] : 0;
-    chunks[r] = len > kChunk ? (len + kChunk - 1) / kChunk : 0;
+    const int64_t len = r < R ? int64_t(start[r + 1]) - int64_t(start[r]) : 0;
+    chunks[r] = P(len > kChunk ? (len + kChunk - 1) / kChunk : 0);
   }
 }
 
 // Thread (q, col) sums chunk q of its run into partial[q, col]. The number of chunks is read
 // on the device (the grid is sized by its bound, 2n / kChunk + 1; the loop stops at the
 // actual count, so idle threads cost nothing).
-template <class S, class Access>
-__global__ void run_partials_kernel(Access a, const int64_t* pos, const int64_t* start, const int64_t* runs,
-                                    const int64_t* chunks, const int64_t* chunk_at, int64_t n, int64_t cols,
-                                    compute_t<S>* partial) {
+template <class S, class Access, class P>
+__global__ void run_partials_kernel(Access a, const P* pos, const P* start, const P* runs, const P* chunks,
+                                    const P* chunk_at, int64_t n, int64_t cols, compute_t<S>* partial) {
   using C = compute_t<S>;
-  const int64_t R = *runs, total = chunk_at[n - 1] + chunks[n - 1];
+  const int64_t R = *runs, total = int64_t(chunk_at[n - 1]) + int64_t(chunks[n - 1]);
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total * cols;
        t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t q = t / cols, col = t % cols;
@@ -332,7 +321,8 @@ __global__ void run_partials_kernel(Access a, const int64_t* pos, const int64_t*
       if (chunk_at[mid] <= q) lo = mid;
       else hi = mid;
     }
-    const int64_t k0 = start[lo] + (q - chunk_at[lo]) * kChunk, k1 = min(k0 + kChunk, start[lo + 1]);
+    const int64_t k0 = int64_t(start[lo]) + (q - int64_t(chunk_at[lo])) * kChunk;
+    const int64_t k1 = min(k0 + kChunk, int64_t(start[lo + 1]));
     C acc = C(0);
     for (int64_t k = k0; k < k1; ++k) acc = C(acc + C(a.source(pos[k], col)));
     partial[q * cols + col] = acc;
@@ -341,16 +331,16 @@ __global__ void run_partials_kernel(Access a, const int64_t* pos, const int64_t*
 
 // Thread (r, col) owns destination (key of run r, col): the old value plus the run's sources in
 // order (short runs), or plus its chunks' partials in order (long runs).
-template <class S, bool kRoundEach, class Access>
-__global__ void run_sums_kernel(Access a, const unsigned long long* keys, const int64_t* pos, const int64_t* start,
-                                const int64_t* runs, const int64_t* chunks, const int64_t* chunk_at, int64_t cols,
-                                unsigned long long sentinel, const compute_t<S>* partial) {
+template <class S, bool kRoundEach, class Access, class K, class P>
+__global__ void run_sums_kernel(Access a, const K* run_key, const P* pos, const P* start, const P* runs,
+                                const P* chunks, const P* chunk_at, int64_t cols, K sentinel,
+                                const compute_t<S>* partial) {
   using C = compute_t<S>;
   const int64_t R = *runs;  // the grid is sized for n runs; the loop stops at the actual count
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < R * cols;
        t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = t / cols, col = t % cols;
-    const unsigned long long key = keys[start[r]];
+    const K key = run_key[r];
     if (key == sentinel) continue;
     S* d = a.dest(key, col);
     if (chunks[r] == 0) {
@@ -365,21 +355,23 @@ __global__ void run_sums_kernel(Access a, const unsigned long long* keys, const 
       }
     } else {
       C acc = C(*d);
-      for (int64_t i = 0; i < chunks[r]; ++i) acc = C(acc + partial[(chunk_at[r] + i) * cols + col]);
+      for (int64_t i = 0; i < int64_t(chunks[r]); ++i) acc = C(acc + partial[(int64_t(chunk_at[r]) + i) * cols + col]);
       *d = S(acc);
     }
   }
 }
 
-// Note [ordered index sums], host side: `make_keys(keys, positions)` launches the op's key
-// kernel for the n sources; keys lie in [0, sentinel].
-template <class S, bool kRoundEach, class Access, class MakeKeys>
-void ordered_sums(Device device, cudaStream_t stream, int64_t n, uint64_t sentinel, int64_t cols, const Access& a,
-                  MakeKeys&& make_keys) {
+// Note [ordered index sums], host side, with keys K and positions P: `make_keys(keys, positions)`
+// launches the op's key kernel for the n sources; keys lie in [0, sentinel].
+template <class S, bool kRoundEach, class K, class P, class Access, class MakeKeys>
+void ordered_sums_as(Device device, cudaStream_t stream, int64_t n, uint64_t sentinel, int64_t cols,
+                     const Access& a, MakeKeys&& make_keys) {
   using C = compute_t<S>;
-  auto i64 = [&](int64_t count) { return detail::make_tensor({std::max<int64_t>(count, 1)}, DType::i64, device); };
-  auto p64 = [](const Tensor& t) { return static_cast<int64_t*>(t.data_ptr()); };
-  auto u64 = [](const Tensor& t) { return static_cast<unsigned long long*>(t.data_ptr()); };
+  auto scratch = [&](auto* type, int64_t count) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    Tensor t = detail::make_tensor({std::max<int64_t>(count, 1) * int64_t(sizeof(T))}, DType::u8, device);
+    return std::make_pair(t, static_cast<T*>(t.data_ptr()));
+  };
   // A CUB device algorithm, called as CUB wants: once for its scratch size, then with scratch
   // from ember's allocator (stream-ordered, so it is free again for the launches after).
   auto cub_run = [&](auto&& call) {
@@ -388,44 +380,61 @@ void ordered_sums(Device device, cudaStream_t stream, int64_t n, uint64_t sentin
     Tensor temp = detail::make_tensor({int64_t(std::max<size_t>(bytes, 1))}, DType::u8, device);
     EMBER_CUDA_CHECK(call(temp.data_ptr(), bytes));
   };
-  Tensor keys = i64(n), pos = i64(n);
+  auto [keys_t, keys] = scratch((K*)nullptr, n);
+  auto [pos_t, pos] = scratch((P*)nullptr, n);
   {
-    Tensor keys_in = i64(n), pos_in = i64(n);
-    make_keys(u64(keys_in), p64(pos_in));
+    auto [keys_in_t, keys_in] = scratch((K*)nullptr, n);
+    auto [pos_in_t, pos_in] = scratch((P*)nullptr, n);
+    make_keys(keys_in, pos_in);
     // A stable radix sort over just the bits a key can have.
     int end_bit = 1;
-    while (end_bit < 64 && (uint64_t(1) << end_bit) <= sentinel) ++end_bit;
+    while (end_bit < int(8 * sizeof(K)) && (uint64_t(1) << end_bit) <= sentinel) ++end_bit;
     cub_run([&](void* temp, size_t& bytes) {
-      return cub::DeviceRadixSort::SortPairs(temp, bytes, u64(keys_in), u64(keys), p64(pos_in), p64(pos), n, 0,
-                                             end_bit, stream);
+      return cub::DeviceRadixSort::SortPairs(temp, bytes, keys_in, keys, pos_in, pos, n, 0, end_bit, stream);
     });
   }  // the unsorted pairs go back to the stream's pool, reusable by the launches below
-  Tensor head = i64(n), run_id = i64(n), start = i64(n + 1), runs = i64(1), chunks = i64(n), chunk_at = i64(n);
-  ::ember::cuda::launch_kernel(run_heads_kernel, blocks_for(n), kThreads, 0, stream, u64(keys), n, p64(head));
-  EMBER_CUDA_CHECK_LAUNCH();
+  // Runs: key and length of each (lengths past the last run stay 0), starts by an exclusive
+  // scan over n + 1 lengths (start[runs] = n).
+  auto [run_key_t, run_key] = scratch((K*)nullptr, n);
+  auto [length_t, length] = scratch((P*)nullptr, n + 1);
+  auto [start_t, start] = scratch((P*)nullptr, n + 1);
+  auto [runs_t, runs] = scratch((P*)nullptr, 1);
+  EMBER_CUDA_CHECK(cudaMemsetAsync(length, 0, size_t(n + 1) * sizeof(P), stream));
   cub_run([&](void* temp, size_t& bytes) {
-    return cub::DeviceScan::InclusiveSum(temp, bytes, p64(head), p64(run_id), n, stream);
+    return cub::DeviceRunLengthEncode::Encode(temp, bytes, keys, run_key, length, runs, n, stream);
   });
-  ::ember::cuda::launch_kernel(run_starts_kernel, blocks_for(n), kThreads, 0, stream,
-      p64(head), p64(run_id), n, p64(start), p64(runs));
-  EMBER_CUDA_CHECK_LAUNCH();
-  ::ember::cuda::launch_kernel(run_chunks_kernel, blocks_for(n), kThreads, 0, stream,
-      p64(start), p64(runs), n, p64(chunks));
+  cub_run([&](void* temp, size_t& bytes) {
+    return cub::DeviceScan::ExclusiveSum(temp, bytes, length, start, n + 1, stream);
+  });
+  auto [chunks_t, chunks] = scratch((P*)nullptr, n);
+  auto [chunk_at_t, chunk_at] = scratch((P*)nullptr, n);
+  ::ember::cuda::launch_kernel(run_chunks_kernel<P>, blocks_for(n), kThreads, 0, stream, start, runs, n, chunks);
   EMBER_CUDA_CHECK_LAUNCH();
   cub_run([&](void* temp, size_t& bytes) {
-    return cub::DeviceScan::ExclusiveSum(temp, bytes, p64(chunks), p64(chunk_at), n, stream);
+    return cub::DeviceScan::ExclusiveSum(temp, bytes, chunks, chunk_at, n, stream);
   });
   // Only runs longer than kChunk have chunks, each covering more than kChunk / 2 sources on
   // average: at most 2n / kChunk of them.
   const int64_t chunk_bound = 2 * (n / kChunk) + 1;
   Tensor partial = detail::make_tensor({chunk_bound * cols}, dtype_v<C>, device);
-  ::ember::cuda::launch_kernel(run_partials_kernel<S, Access>, blocks_for(chunk_bound * cols), kThreads, 0, stream,
-      a, p64(pos), p64(start), p64(runs), p64(chunks), p64(chunk_at), n, cols, static_cast<C*>(partial.data_ptr()));
+  ::ember::cuda::launch_kernel(run_partials_kernel<S, Access, P>, blocks_for(chunk_bound * cols), kThreads, 0,
+                               stream, a, pos, start, runs, chunks, chunk_at, n, cols,
+                               static_cast<C*>(partial.data_ptr()));
   EMBER_CUDA_CHECK_LAUNCH();
-  ::ember::cuda::launch_kernel(run_sums_kernel<S, kRoundEach, Access>, blocks_for(n * cols), kThreads, 0, stream,
-      a, u64(keys), p64(pos), p64(start), p64(runs), p64(chunks), p64(chunk_at), cols, (unsigned long long)sentinel,
-      static_cast<const C*>(partial.data_ptr()));
+  ::ember::cuda::launch_kernel(run_sums_kernel<S, kRoundEach, Access, K, P>, blocks_for(n * cols), kThreads, 0,
+                               stream, a, run_key, pos, start, runs, chunks, chunk_at, cols, K(sentinel),
+                               static_cast<const C*>(partial.data_ptr()));
   EMBER_CUDA_CHECK_LAUNCH();
+}
+
+// 32-bit keys and positions where they hold every key (sentinel included) and position.
+template <class S, bool kRoundEach, class Access, class MakeKeys>
+void ordered_sums(Device device, cudaStream_t stream, int64_t n, uint64_t sentinel, int64_t cols, const Access& a,
+                  MakeKeys&& make_keys) {
+  if (sentinel <= UINT32_MAX && n < (int64_t(1) << 31))
+    ordered_sums_as<S, kRoundEach, uint32_t, int32_t>(device, stream, n, sentinel, cols, a, make_keys);
+  else
+    ordered_sums_as<S, kRoundEach, unsigned long long, int64_t>(device, stream, n, sentinel, cols, a, make_keys);
 }
 
 // ---- gather / scatter_add ----
@@ -554,7 +563,7 @@ void index_select_kernel(const char* op, const Tensor& x, int64_t dim, const Ten
   if (outer == 0 || inner == 0) {  // nothing to copy, but bad indices are still errors
     visit_index(index.dtype(), [&](auto tag) {
       using I = decltype(tag);
-      ::ember::cuda::launch_kernel(index_keys_kernel<I>, blocks_for(n), kThreads, 0, stream,
+      ::ember::cuda::launch_kernel(index_keys_kernel<I, uint32_t, int32_t>, blocks_for(n), kThreads, 0, stream,
           static_cast<const I*>(index.data_ptr()), n, size, nullptr, nullptr, check.site());
     });
     EMBER_CUDA_CHECK_LAUNCH();
@@ -594,17 +603,18 @@ void index_add_kernel(const char* op, const Tensor& out, int64_t dim, const Tens
   const auto on = ember::cuda::detail::on_device(device);
   cudaStream_t stream = on.stream;
   const IndexCheck check(device, stream, op, dim, size);
-  auto keys = [&](unsigned long long* kin, int64_t* pin) {
+  auto keys = [&](auto* kin, auto* pin) {
+    using K = std::remove_pointer_t<decltype(kin)>;
+    using P = std::remove_pointer_t<decltype(pin)>;
     visit_index(index.dtype(), [&](auto tag) {
       using I = decltype(tag);
-      ::ember::cuda::launch_kernel(index_keys_kernel<I>, blocks_for(n), kThreads, 0, stream,
-          static_cast<const I*>(index.data_ptr()), n,
-                                                                   size, kin, pin, check.site());
+      ::ember::cuda::launch_kernel(index_keys_kernel<I, K, P>, blocks_for(n), kThreads, 0, stream,
+          static_cast<const I*>(index.data_ptr()), n, size, kin, pin, check.site());
     });
     EMBER_CUDA_CHECK_LAUNCH();
   };
   if (outer == 0 || inner == 0) {  // nothing to add, but bad indices are still errors
-    keys(nullptr, nullptr);
+    keys(static_cast<uint32_t*>(nullptr), static_cast<int32_t*>(nullptr));
     check.done();
     return;
   }
@@ -655,10 +665,12 @@ void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, con
   const Strides<3> s =
       make_strides<3>("scatter_add", index.sizes(), {&out.strides(), &index.strides(), &src.strides()}, dim);
   // Destination key of source (line, j): line * size + index value (sentinel lines * size).
-  auto keys = [&](unsigned long long* kin, int64_t* pin) {
+  auto keys = [&](auto* kin, auto* pin) {
+    using K = std::remove_pointer_t<decltype(kin)>;
+    using P = std::remove_pointer_t<decltype(pin)>;
     visit_index(index.dtype(), [&](auto itag) {
       using I = decltype(itag);
-      ::ember::cuda::launch_kernel(scatter_keys_kernel<I>, blocks_for(n), kThreads, 0, stream,
+      ::ember::cuda::launch_kernel(scatter_keys_kernel<I, K, P>, blocks_for(n), kThreads, 0, stream,
           static_cast<const I*>(index.data_ptr()), s, len, index.strides()[dim], size, n, kin, pin, check.site());
     });
     EMBER_CUDA_CHECK_LAUNCH();

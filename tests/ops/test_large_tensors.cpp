@@ -145,3 +145,26 @@ TEST(LargeTensorsCuda, EmbeddingBackwardIntoA250000x12288Table) {
     EXPECT_EQ(table.narrow(1, half * D / 2, D / 2).ne(ref).sum().item<int64_t>(), 0) << "half " << half;
   }
 }
+
+// Note [ordered index sums] with 64-bit keys: a scatter_add into 2^32 + 8 f16 bins (8 GiB),
+// so the sentinel key passes 2^32 and the sort takes 64-bit keys and positions (every other
+// index-sum test fits 32 bits). Eight sources into three bins, one past 2^32; the other bins
+// keep their values. The input, the out-of-place result and the check's bool mask: about 21 GiB.
+TEST(LargeTensorsCuda, ScatterAddPastTwoToTheThirtyTwoBinsTakesSixtyFourBitKeys) {
+  EMBER_SKIP_UNLESS_FREE(int64_t(24) << 30);
+  const Device dev = Device::cuda(0);
+  NoGradGuard no_grad;
+  const int64_t bins = (int64_t(1) << 32) + 8, far = (int64_t(1) << 32) + 5;
+  Tensor out = zeros({bins}, TensorOptions(DType::f16).device(dev));
+  out.narrow(0, 3, 1).fill_(1.5);
+  Tensor idx = tensor<int64_t>({3, far, 7, far, 3, 3, 7, far}, {8}).to(dev);
+  Tensor src = tensor<float>({1, 2, 3, 4, 5, 6, 7, 8}, {8}).to(DType::f16).to(dev);
+  Tensor r = out.scatter_add(0, idx, src);
+  auto at = [&](int64_t i) { return r.narrow(0, i, 1).to(DType::f32).item<float>(); };
+  EXPECT_EQ(at(3), 1.5f + 1 + 5 + 6);
+  EXPECT_EQ(at(7), 3.f + 7);
+  EXPECT_EQ(at(far), 2.f + 4 + 8);
+  EXPECT_EQ(at(4), 0.f);
+  EXPECT_EQ(at(bins - 1), 0.f);
+  EXPECT_EQ(r.ne(0).sum().item<int64_t>(), 3);  // nothing else written
+}
