@@ -1,7 +1,8 @@
 // bench_sort: ember's topk, sort and cumsum against PyTorch in the same run
 // (bench/peers/sort_peer.py): topk(k=50) of [64, 50304] (sampling from GPT-2 logits), sort
-// of [4096, 1024] along the last dim, cumsum of [4096, 1024] along the last dim; f32,
-// forward only (under NoGradGuard: these are index-producing ops whose backward is a scatter).
+// of [4096, 1024] along the last dim, cumsum of [4096, 1024] along the last dim, and one long
+// row each: sort of [1, 4194304], cumsum of [1, 16777216] (a flattened tensor); f32, forward
+// only (under NoGradGuard: these are index-producing ops whose backward is a scatter).
 //
 //   build/bin/bench_sort [--device cpu|cuda] [--steps 10] [--warmup 2] [--threads N]
 //                        [--python PY] [--no-peer]
@@ -45,6 +46,9 @@ int main(int argc, char** argv) {
       {"topk50_64x50304", {64, 50304}, [](const Tensor& x) { (void)topk(x, 50); }},
       {"sort_4096x1024", {4096, 1024}, [](const Tensor& x) { (void)sort(x); }},
       {"cumsum_4096x1024", {4096, 1024}, [](const Tensor& x) { (void)cumsum(x, -1); }},
+      // One long row (a flattened tensor): on CUDA the cases a block per row leaves on one SM.
+      {"sort_1x4194304", {1, 4194304}, [](const Tensor& x) { (void)sort(x); }},
+      {"cumsum_1x16777216", {1, 16777216}, [](const Tensor& x) { (void)cumsum(x, -1); }},
   };
 
   std::printf("sort family on %s, f32, %d threads\n", device_name.c_str(), threads);

@@ -17,13 +17,14 @@
 #   whole step replayed; set beside the eager row), bench_mnist --model cnn, bench_resnet --device
 #   cuda (f32 with cuDNN's heuristics, f32 and --amp bf16 with --cudnn-benchmark on both sides,
 #   then ember's per-op table by CUDA time), bench_generate --device
-#   cuda (GPT-2 124M KV-cache generation, B = 1 and 8), bench_pathological, bench_allocator, and
+#   cuda (GPT-2 124M KV-cache generation, B = 1 and 8), bench_pathological, bench_allocator,
+#   bench_norm and bench_sort --device cuda (issue 40's group norm and long-row rows), and
 #   bench_gpt ... --compile (torch.compile peer), then bench_gpt ... --no-peer --profile 3
 #   (the per-op table of an eager step, by CUDA time).
 # --only ROWS (GPU mode): a comma-separated subset of those rows, by name: gpt, attention, matmul,
 #   bandwidth, mnist-mlp, mnist-mlp-graph, gpt-graph, mnist-cnn, resnet, resnet-benchmark,
-#   resnet-bf16, resnet-profile, generate, pathological, allocator, gpt-compile, gpt-profile (a
-#   GPU call's minutes go to the rows not yet measured on a card).
+#   resnet-bf16, resnet-profile, generate, pathological, allocator, norm, sort, gpt-compile,
+#   gpt-profile (a GPU call's minutes go to the rows not yet measured on a card).
 # The Python is --python, else $EMBER_PYTHON, else the first of python3 and /usr/bin/python3
 # that imports torch (the GPU machine's own PyTorch; Debian's python3-torch on a CPU machine).
 #
@@ -87,7 +88,7 @@ run() {  # run <command...>: one benchmark run, its result line appended to runs
 if [[ $mode == gpu ]]; then
   gpt=("$bin/bench_gpt" --preset gpt2-small --device cuda --amp bf16 -B 16 -T 1024 --steps 20 --warmup 5
        --python "$python")
-  rows="gpt attention matmul bandwidth mnist-mlp mnist-mlp-graph gpt-graph mnist-cnn resnet resnet-benchmark resnet-bf16 resnet-profile generate pathological allocator gpt-compile gpt-profile"
+  rows="gpt attention matmul bandwidth mnist-mlp mnist-mlp-graph gpt-graph mnist-cnn resnet resnet-benchmark resnet-bf16 resnet-profile generate pathological allocator norm sort gpt-compile gpt-profile"
   for r in ${only//,/ }; do
     [[ " $rows " == *" $r "* ]] || { echo "run_all: unknown --only row $r (rows: $rows)" >&2; exit 2; }
   done
@@ -108,6 +109,7 @@ if [[ $mode == gpu ]]; then
   want resnet-profile && run "$bin/bench_resnet" --device cuda --cudnn-benchmark --no-peer --profile 3
   want generate && run "$bin/bench_generate" --device cuda --python "$python"
   for b in pathological allocator; do want $b && [[ -x "$bin/bench_$b" ]] && run "$bin/bench_$b"; done
+  for b in norm sort; do want $b && [[ -x "$bin/bench_$b" ]] && run "$bin/bench_$b" --device cuda --python "$python"; done
   want gpt-compile && run "${gpt[@]}" --compile
   want gpt-profile && run "${gpt[@]}" --no-peer --profile 3  # eager: each op's CUDA events
 else

@@ -73,7 +73,7 @@ if have build || [[ ! -x $bin/test_core ]]; then
     all_targets=$(ninja -C $B -t targets all 2>/dev/null)  # once, into a variable: no pipe to break
     mapfile -t targets < <(sed -n 's/^\(test_[a-z_]*\): phony$/\1/p' <<< "$all_targets")
     for t in mnist gpt ember_info bench_gpt bench_attention bench_generate bench_mnist bench_matmul \
-             bench_bandwidth bench_allocator bench_pathological bench_resnet cublas_gemm; do
+             bench_bandwidth bench_allocator bench_pathological bench_resnet bench_norm bench_sort cublas_gemm; do
       grep -q "^$t: phony" <<< "$all_targets" && targets+=("$t")
     done
     targets=(--target "${targets[@]}")

@@ -11,13 +11,23 @@
 //   memory with a bitonic network (index tie-break, so the result equals the stable order).
 //   Longer rows: cub::DeviceSegmentedRadixSort (stable, so ties keep index order) over batches
 //   of whole rows of at most kRadixBatch elements (CUB counts items in int; the batch bound
-//   also caps the scratch), then a gather of the first k positions. All scratch comes from
+//   also caps the scratch), then a gather of the first k positions. A batch of fewer than
+//   kFewSortRows rows (one row: a flattened tensor) would leave most SMs idle there (CUB gives
+//   each segment one block): it takes cub::DeviceRadixSort over the whole GPU instead (one
+//   row: the key itself; several rows of u32 keys: a u64 (row << 32 | key); several rows of u64
+//   keys stay segmented), descending order as the complemented key (stable again: ties in
+//   index order). All scratch comes from
 //   ember's caching allocator (make_tensor) on the current stream; nothing waits on the host.
 // - Scans: "rows" (K == 1) one block per row, a warp-shuffle scan per tile of blockDim
-//   elements carried across tiles; "columns" (K > 1) one thread per column walking N, so
-//   neighbouring threads read neighbouring elements. Accumulation: f32 for f16/bf16, f64 for
+//   elements carried across tiles; rows too few to fill the GPU (O < kFewRows, N >= 4
+//   segments) are cut into segments of kScanSegment elements: one block reduces each segment,
+//   one thread per row scans the segment totals into carries, and one block per segment scans
+//   it from its carry (three launches in a fixed order: deterministic, unlike a look-back scan
+//   whose association depends on timing). "columns" (K > 1) one thread per column walking N,
+//   so neighbouring threads read neighbouring elements. Accumulation: f32 for f16/bf16, f64 for
 //   f32/f64 (as the CPU, which accumulates in f64), u64 (wrapping) for integers.
 // - 64-bit element offsets throughout; grids loop when a count exceeds the launch limits.
+#include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_segmented_radix_sort.cuh>
 
 #include <climits>
@@ -34,7 +44,10 @@ namespace {
 
 constexpr int64_t kBitonicMax = 4096;           // shared memory: 4096 * (8 + 4) = 48 KiB at most
 constexpr int64_t kRadixBatch = int64_t(1) << 25;  // elements per segmented radix sort call
+constexpr int64_t kFewSortRows = 32;               // batches of fewer rows sort device-wide
 constexpr int kScanThreads = 256;
+constexpr int64_t kScanSegment = 16 * kScanThreads;  // elements per block of a split row scan
+constexpr int64_t kFewRows = 128;                    // fewer rows than this split long ones
 constexpr int64_t kMaxGrid = int64_t(1) << 30;
 
 template <class S>
@@ -133,6 +146,22 @@ __global__ void radix_prep_kernel(const S* __restrict__ x, int64_t rs, int64_t n
   }
 }
 
+// The device-wide sort's keys KO, complemented for a descending sort: the key itself (KO the
+// key type, one row), or (row << 32 | key) for u32 keys of several rows (KO = u64).
+template <class S, class KO>
+__global__ void radix_fold_prep_kernel(const S* __restrict__ x, int64_t rs, int64_t n, int64_t count,
+                                       bool descending, KO* __restrict__ keys, int64_t* __restrict__ pos) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = e / n, j = e - r * n;
+    key_t<S> key = ordered_key(x + r * rs + j);
+    if (descending) key = ~key;
+    if constexpr (sizeof(KO) > sizeof(key)) keys[e] = (KO(r) << 32) | KO(key);
+    else keys[e] = key;
+    pos[e] = j;
+  }
+}
+
 template <class S>
 __global__ void radix_gather_kernel(const S* __restrict__ x, int64_t rs, int64_t n, int64_t k,
                                     int64_t rows, const int64_t* __restrict__ pos,
@@ -178,6 +207,44 @@ void sort_rows(const Tensor& in, const Tensor& values, const Tensor& indices, bo
   const int64_t batch_rows = std::max<int64_t>(1, kRadixBatch / N);
   const int64_t cap = std::min(batch_rows, M) * N;
   const Device dev = in.device();
+  // Every batch has at most min(batch_rows, M) rows, so one test decides for all of them.
+  const int64_t most_rows = std::min(batch_rows, M);
+  auto device_wide = [&](auto key_tag, int end_bit) {
+    using KO = decltype(key_tag);
+    Tensor keys_in = detail::make_tensor({cap * int64_t(sizeof(KO))}, DType::u8, dev);
+    Tensor keys_out = detail::make_tensor({cap * int64_t(sizeof(KO))}, DType::u8, dev);
+    Tensor pos_in = detail::make_tensor({cap}, DType::i64, dev), pos_out = detail::make_tensor({cap}, DType::i64, dev);
+    auto* kin = static_cast<KO*>(keys_in.data_ptr());
+    auto* kout = static_cast<KO*>(keys_out.data_ptr());
+    int64_t* pin = pos_in.data_ptr<int64_t>();
+    int64_t* pout = pos_out.data_ptr<int64_t>();
+    for (int64_t r0 = 0; r0 < M; r0 += batch_rows) {
+      const int64_t rows = std::min(batch_rows, M - r0), count = rows * N;
+      ::ember::cuda::launch_kernel(radix_fold_prep_kernel<S, KO>, elementwise_blocks(count, 256), 256, 0, stream,
+          x + r0 * rs, rs, N, count, descending, kin, pin);
+      EMBER_CUDA_CHECK_LAUNCH();
+      auto call = [&](void* temp, size_t& bytes) {
+        return cub::DeviceRadixSort::SortPairs(temp, bytes, kin, kout, pin, pout, count, 0, end_bit, stream);
+      };
+      size_t bytes = 0;
+      EMBER_CUDA_CHECK(call(nullptr, bytes));
+      Tensor temp = detail::make_tensor({int64_t(std::max<size_t>(bytes, 1))}, DType::u8, dev);
+      EMBER_CUDA_CHECK(call(temp.data_ptr(), bytes));
+      ::ember::cuda::launch_kernel(radix_gather_kernel<S>, elementwise_blocks(rows * k, 256), 256, 0, stream,
+          x + r0 * rs, rs, N, k, rows, pout, vo + r0 * k, io + r0 * k);
+      EMBER_CUDA_CHECK_LAUNCH();
+    }
+  };
+  if (most_rows == 1) {
+    device_wide(U{}, int(8 * sizeof(U)));
+    return;
+  }
+  if (sizeof(U) == 4 && most_rows < kFewSortRows) {
+    int row_bits = 0;
+    while ((int64_t(1) << row_bits) < most_rows) ++row_bits;
+    device_wide(uint64_t{}, 32 + row_bits);
+    return;
+  }
   Tensor keys_in = detail::make_tensor({cap * int64_t(sizeof(U))}, DType::u8, dev);
   Tensor keys_out = detail::make_tensor({cap * int64_t(sizeof(U))}, DType::u8, dev);
   Tensor pos_in = detail::make_tensor({cap}, DType::i64, dev);
@@ -237,21 +304,25 @@ __device__ __forceinline__ A combine(A a, A b) {
   else return a + b;
 }
 
-// One block per row (K == 1): tiles of blockDim elements, scanned by warp shuffles and a
-// second-level scan of the warp totals, then offset by the carry of the previous tiles.
+// Block b scans segment b % segs of row b / segs (K == 1; segs == 1: the whole row, from the
+// identity), starting from carry_in[b] when given: tiles of blockDim elements, scanned by warp
+// shuffles and a second-level scan of the warp totals, then offset by the carry of the
+// previous tiles.
 template <class S, bool kProd>
 __global__ void scan_rows_kernel(const S* __restrict__ x, int64_t rows, int64_t os, int64_t n,
-                                 int64_t ns, S* __restrict__ y) {
+                                 int64_t ns, S* __restrict__ y, int64_t seg, int64_t segs,
+                                 const scan_acc_t<S>* __restrict__ carry_in) {
   using A = scan_acc_t<S>;
   __shared__ A warp_total[32];
   __shared__ A carry_s;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const A ident = kProd ? A(1) : A(0);
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    A carry = ident;
-    for (int64_t t0 = 0; t0 < n; t0 += blockDim.x) {
+  for (int64_t b = blockIdx.x; b < rows * segs; b += gridDim.x) {
+    const int64_t r = b / segs, lo = (b % segs) * seg, hi = min(n, lo + seg);
+    A carry = carry_in ? carry_in[b] : ident;
+    for (int64_t t0 = lo; t0 < hi; t0 += blockDim.x) {
       const int64_t i = t0 + threadIdx.x;
-      A v = i < n ? scan_load<S, A>(x + r * os + i * ns) : ident;
+      A v = i < hi ? scan_load<S, A>(x + r * os + i * ns) : ident;
 #pragma unroll
       for (int off = 1; off < 32; off <<= 1) {
         const A u = __shfl_up_sync(kFullMask, v, off);
@@ -271,12 +342,44 @@ __global__ void scan_rows_kernel(const S* __restrict__ x, int64_t rows, int64_t 
       __syncthreads();
       if (warp > 0) v = combine<kProd>(warp_total[warp - 1], v);
       v = combine<kProd>(carry, v);
-      if (i < n) scan_store(y + r * n + i, v);
+      if (i < hi) scan_store(y + r * n + i, v);
       if (threadIdx.x == blockDim.x - 1) carry_s = v;
       __syncthreads();
       carry = carry_s;
       __syncthreads();  // warp_total and carry_s are rewritten by the next tile
     }
+  }
+}
+
+// Split row scans, first launch: total[b] = the combination of segment b % segs of row
+// b / segs (per-thread strided partials, then row_reduce in warp order: fixed by the shape).
+template <class S, bool kProd>
+__global__ void scan_segment_totals_kernel(const S* __restrict__ x, int64_t rows, int64_t os, int64_t n,
+                                           int64_t ns, int64_t seg, int64_t segs,
+                                           scan_acc_t<S>* __restrict__ total) {
+  using A = scan_acc_t<S>;
+  __shared__ A smem[32];
+  for (int64_t b = blockIdx.x; b < rows * segs; b += gridDim.x) {
+    const int64_t r = b / segs, lo = (b % segs) * seg, hi = min(n, lo + seg);
+    A acc = kProd ? A(1) : A(0);
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
+      acc = combine<kProd>(acc, scan_load<S, A>(x + r * os + i * ns));
+    acc = row_reduce(acc, [](A a, A c) { return combine<kProd>(a, c); }, smem, false);
+    if (threadIdx.x == 0) total[b] = acc;
+  }
+}
+
+// Second launch, one thread per row: the segment totals of the row become the carries into
+// each segment (an exclusive scan, in segment order, in place).
+template <class A, bool kProd>
+__global__ void scan_segment_carries_kernel(A* __restrict__ total, int64_t rows, int64_t segs) {
+  const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  A running = kProd ? A(1) : A(0);
+  for (int64_t s = 0; s < segs; ++s) {
+    const A v = total[r * segs + s];
+    total[r * segs + s] = running;
+    running = combine<kProd>(running, v);
   }
 }
 
@@ -306,11 +409,25 @@ void scan_typed(const Tensor& in, const Tensor& out) {
   const S* x = static_cast<const S*>(in.data_ptr());
   S* y = static_cast<S*>(out.data_ptr());
   const auto on = ember::cuda::detail::on_device(in.device());
-  if (K == 1) {
+  if (K == 1 && O < kFewRows && N >= 4 * kScanSegment) {
+    using A = scan_acc_t<S>;
+    const int64_t segs = ceil_div(N, kScanSegment), blocks = O * segs;
+    Tensor carries = detail::make_tensor({blocks * int64_t(sizeof(A))}, DType::u8, in.device());
+    A* carry = static_cast<A*>(carries.data_ptr());
+    const unsigned grid = unsigned(std::min(blocks, kMaxGrid));
+    ::ember::cuda::launch_kernel(scan_segment_totals_kernel<S, kProd>, grid, kScanThreads, 0, on.stream,
+        x, O, os, N, ns, kScanSegment, segs, carry);
+    EMBER_CUDA_CHECK_LAUNCH();
+    ::ember::cuda::launch_kernel(scan_segment_carries_kernel<A, kProd>, unsigned(ceil_div(O, int64_t(32))), 32, 0,
+                                 on.stream, carry, O, segs);
+    EMBER_CUDA_CHECK_LAUNCH();
+    ::ember::cuda::launch_kernel(scan_rows_kernel<S, kProd>, grid, kScanThreads, 0, on.stream,
+        x, O, os, N, ns, y, kScanSegment, segs, static_cast<const A*>(carry));
+  } else if (K == 1) {
     int threads = kScanThreads;
     while (threads > 32 && threads / 2 >= N) threads /= 2;
     ::ember::cuda::launch_kernel(scan_rows_kernel<S, kProd>, unsigned(std::min(O, kMaxGrid)), threads, 0, on.stream,
-        x, O, os, N, ns, y);
+        x, O, os, N, ns, y, N, int64_t(1), static_cast<const scan_acc_t<S>*>(nullptr));
   } else {
     ::ember::cuda::launch_kernel(scan_cols_kernel<S, kProd>, elementwise_blocks(O * K, 256), 256, 0, on.stream,
         x, O, os, N, ns, K, ks, y);

@@ -578,10 +578,12 @@ const std::vector<DType> kKeyWidthDtypes = {DType::u8, DType::f16, DType::f32, D
 const std::vector<DType> kOtherSortDtypes = {DType::f64, DType::bf16, DType::i32, DType::b8};
 
 void expect_sort_topk_match_cpu(const std::vector<DType>& dtypes, Generator& g) {
-  // Bitonic rows (up to 4096), the radix path beyond, a non-last dim, size-1 rows.
+  // Bitonic rows (up to 4096), the radix paths beyond (fewer than 32 rows: one device-wide sort
+  // with the row in the key's high bits, or u64 keys of one row; more rows, or several rows of
+  // u64 keys: the segmented sort), a non-last dim, size-1 rows.
   const std::vector<std::pair<Shape, int64_t>> cases = {
-      {{7, 37}, 1}, {{3, 4096}, 1}, {{2, 5000}, 1}, {{64, 3}, 0}, {{5, 1}, 1}, {{2, 9, 33}, 1},
-      {{4100, 3}, 0}};
+      {{7, 37}, 1}, {{3, 4096}, 1}, {{2, 5000}, 1}, {{1, 6000}, 1}, {{33, 4097}, 1}, {{64, 3}, 0},
+      {{5, 1}, 1}, {{2, 9, 33}, 1}, {{4100, 3}, 0}};
   for (DType dt : dtypes)
     for (auto& [shape, d] : cases) {
       Tensor src = randint(-50, 50, shape, TensorOptions(DType::i64), &g).to(Device::cpu(), DType::f64);
