@@ -16,7 +16,9 @@
 //   each segment one block): it takes cub::DeviceRadixSort over the whole GPU instead (one
 //   row: the key itself; several rows of u32 keys: a u64 (row << 32 | key); several rows of u64
 //   keys stay segmented), descending order as the complemented key (stable again: ties in
-//   index order). All scratch comes from
+//   index order). Top-k of such rows with k <= min(4096, N / 4) selects instead of sorting:
+//   radix select of the k-th key, an ordered compaction of the survivors, a bitonic sort of
+//   them (topk_select, above select_histogram_kernel). All scratch comes from
 //   ember's caching allocator (make_tensor) on the current stream; nothing waits on the host.
 // - Scans: "rows" (K == 1) one block per row, a warp-shuffle scan per tile of blockDim
 //   elements carried across tiles; rows too few to fill the GPU (O < kFewRows, N >= 4
@@ -176,8 +178,232 @@ __global__ void radix_gather_kernel(const S* __restrict__ x, int64_t rs, int64_t
   }
 }
 
+// ---- top-k by radix select (k small against a long row) ----
+//
+// Which k elements a sort would put first, without sorting the row: the k-th key (in the
+// select order: the ordered key, complemented for `largest`, so the wanted ones are always the
+// smallest) is found 8 bits at a time from the top, each pass a histogram of the next digit
+// over the elements that match the digits found so far (integer counts: atomics are exact, so
+// this is deterministic), then one thread per row picks the digit holding the wanted rank.
+// The survivors are the keys below it and the first `need` keys equal to it in index order,
+// written by an ordered compaction (per-chunk counts, per-row offsets, ballot ranks within a
+// chunk) so ties keep index order; a bitonic sort of the k survivors per row finishes, and
+// their positions map back to the row's. Grids are (chunks, rows) with rows <= 65535 a launch.
+
+constexpr int64_t kSelectChunk = 4096;  // elements per block of the histogram and compaction passes
+constexpr int kSelectThreads = 256;
+
+template <class S>
+__device__ __forceinline__ key_t<S> select_key(const S* p, bool largest) {
+  const key_t<S> key = ordered_key(p);
+  return largest ? key_t<S>(~key) : key;
+}
+
+// hist[row][d] += the elements of the chunk whose key matches prefix[row] above bit shift + 8
+// and has digit d at bits [shift, shift + 8).
+template <class S>
+__global__ void select_histogram_kernel(const S* __restrict__ x, int64_t rs, int64_t n, bool largest,
+                                        const key_t<S>* __restrict__ prefix, int shift,
+                                        unsigned* __restrict__ hist) {
+  using U = key_t<S>;
+  __shared__ unsigned h[256];
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) h[i] = 0;
+  __syncthreads();
+  const int64_t row = blockIdx.y, j0 = int64_t(blockIdx.x) * kSelectChunk, j1 = min(n, j0 + kSelectChunk);
+  const U high = shift + 8 >= int(8 * sizeof(U)) ? U(0) : U(~U(0) << (shift + 8));
+  const U want = prefix[row] & high;
+  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+    const U key = select_key(x + row * rs + j, largest);
+    if ((key & high) == want) atomicAdd(&h[unsigned(key >> shift) & 255u], 1u);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 256; i += blockDim.x)
+    if (h[i]) atomicAdd(&hist[row * 256 + i], h[i]);
+}
+
+// One thread per row: the digit at `shift` of the rank-th (0-based) smallest matching key.
+template <class U>
+__global__ void select_digit_kernel(const unsigned* __restrict__ hist, int64_t rows, int shift,
+                                    U* __restrict__ prefix, int64_t* __restrict__ rank) {
+  const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= rows) return;
+  int64_t r = rank[row];
+  int d = 0;
+  for (; d < 255; ++d) {
+    const int64_t c = hist[row * 256 + d];
+    if (r < c) break;
+    r -= c;
+  }
+  prefix[row] |= U(d) << shift;
+  rank[row] = r;
+}
+
+// counts[row][chunk] = (keys below the threshold, keys equal to it) in the chunk.
+template <class S>
+__global__ void select_count_kernel(const S* __restrict__ x, int64_t rs, int64_t n, bool largest,
+                                    const key_t<S>* __restrict__ threshold, int64_t chunks,
+                                    int64_t* __restrict__ counts) {
+  using U = key_t<S>;
+  __shared__ long long smem[2][32];
+  const int64_t row = blockIdx.y, j0 = int64_t(blockIdx.x) * kSelectChunk, j1 = min(n, j0 + kSelectChunk);
+  const U t = threshold[row];
+  long long lt = 0, eq = 0;
+  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+    const U key = select_key(x + row * rs + j, largest);
+    lt += key < t;
+    eq += key == t;
+  }
+  lt = row_reduce(lt, [](long long a, long long b) { return a + b; }, smem[0], false);
+  eq = row_reduce(eq, [](long long a, long long b) { return a + b; }, smem[1], false);
+  if (threadIdx.x == 0) {
+    counts[(row * chunks + blockIdx.x) * 2] = lt;
+    counts[(row * chunks + blockIdx.x) * 2 + 1] = eq;
+  }
+}
+
+// One thread per row: the chunks' counts become their first slots (exclusive scans in chunk
+// order, in place): keys below the threshold from slot 0, equal ones after all of those (kept
+// while their slot is below k).
+__global__ void select_offsets_kernel(int64_t* __restrict__ counts, int64_t rows, int64_t chunks) {
+  const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= rows) return;
+  int64_t* c = counts + row * chunks * 2;
+  int64_t lt_total = 0;
+  for (int64_t q = 0; q < chunks; ++q) lt_total += c[2 * q];
+  int64_t lt = 0, eq = lt_total;
+  for (int64_t q = 0; q < chunks; ++q) {
+    const int64_t a = c[2 * q], b = c[2 * q + 1];
+    c[2 * q] = lt;
+    c[2 * q + 1] = eq;
+    lt += a;
+    eq += b;
+  }
+}
+
+// The survivors of each chunk, in index order, at their slots: a tile of blockDim elements at
+// a time, each element's rank from the warps' ballots (warps in order, lanes in order).
+template <class S>
+__global__ void select_compact_kernel(const S* __restrict__ x, int64_t rs, int64_t n, bool largest,
+                                      const key_t<S>* __restrict__ threshold, int64_t chunks,
+                                      const int64_t* __restrict__ offsets, int64_t k, S* __restrict__ cand,
+                                      int64_t* __restrict__ cand_pos) {
+  using U = key_t<S>;
+  __shared__ int warp_lt[32], warp_eq[32];
+  const int64_t row = blockIdx.y, j0 = int64_t(blockIdx.x) * kSelectChunk, j1 = min(n, j0 + kSelectChunk);
+  const U t = threshold[row];
+  int64_t lt_base = offsets[(row * chunks + blockIdx.x) * 2], eq_base = offsets[(row * chunks + blockIdx.x) * 2 + 1];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const unsigned below = (1u << lane) - 1u;
+  for (int64_t t0 = j0; t0 < j1; t0 += blockDim.x) {  // the same trip count for every thread
+    const int64_t j = t0 + threadIdx.x;
+    bool lt = false, eq = false;
+    if (j < j1) {
+      const U key = select_key(x + row * rs + j, largest);
+      lt = key < t;
+      eq = key == t;
+    }
+    const unsigned blt = __ballot_sync(kFullMask, lt), beq = __ballot_sync(kFullMask, eq);
+    if (lane == 0) {
+      warp_lt[warp] = __popc(blt);
+      warp_eq[warp] = __popc(beq);
+    }
+    __syncthreads();
+    int64_t off_lt = 0, off_eq = 0, tot_lt = 0, tot_eq = 0;
+    for (int w = 0; w < nwarps; ++w) {
+      if (w < warp) {
+        off_lt += warp_lt[w];
+        off_eq += warp_eq[w];
+      }
+      tot_lt += warp_lt[w];
+      tot_eq += warp_eq[w];
+    }
+    int64_t slot = -1;
+    if (lt) slot = lt_base + off_lt + __popc(blt & below);
+    if (eq) slot = eq_base + off_eq + __popc(beq & below);
+    if (slot >= 0 && slot < k) {
+      cand[row * k + slot] = x[row * rs + j];
+      cand_pos[row * k + slot] = j;
+    }
+    lt_base += tot_lt;
+    eq_base += tot_eq;
+    __syncthreads();  // warp_lt / warp_eq are rewritten by the next tile
+  }
+}
+
+template <class U>
+__global__ void select_init_kernel(U* __restrict__ prefix, int64_t* __restrict__ rank, int64_t rows, int64_t k) {
+  const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= rows) return;
+  prefix[row] = U(0);
+  rank[row] = k - 1;
+}
+
+// The sorted survivors' positions (into the candidate rows) become positions in x's rows.
+__global__ void select_positions_kernel(const int64_t* __restrict__ cand_pos, int64_t k, int64_t count,
+                                        int64_t* __restrict__ indices) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
+       e += int64_t(gridDim.x) * blockDim.x)
+    indices[e] = cand_pos[(e / k) * k + indices[e]];
+}
+
 unsigned elementwise_blocks(int64_t count, int threads) {
   return unsigned(std::min<int64_t>(ceil_div(count, threads), int64_t(1) << 16));
+}
+
+// Top-k of rows longer than the bitonic sort takes, k small against them (the comment above
+// select_histogram_kernel).
+template <class S>
+void topk_select(const S* x, int64_t M, int64_t N, int64_t rs, int64_t k, bool largest, S* vo, int64_t* io,
+                 Device dev, cudaStream_t stream) {
+  using U = key_t<S>;
+  const int64_t chunks = ceil_div(N, kSelectChunk);
+  int n_pad = 1;
+  while (n_pad < k) n_pad <<= 1;
+  const int bitonic_threads = std::max(32, std::min(1024, n_pad / 2));
+  const size_t bitonic_smem = size_t(n_pad) * (sizeof(U) + sizeof(int));
+  for (int64_t r0 = 0; r0 < M; r0 += 65535) {  // grid.y holds the rows
+    const int64_t rows = std::min<int64_t>(65535, M - r0);
+    const S* xb = x + r0 * rs;
+    Tensor hist = detail::make_tensor({rows * 256}, DType::i32, dev);
+    Tensor prefix = detail::make_tensor({rows * int64_t(sizeof(U))}, DType::u8, dev);
+    Tensor rank = detail::make_tensor({rows}, DType::i64, dev);
+    Tensor counts = detail::make_tensor({rows * chunks * 2}, DType::i64, dev);
+    Tensor cand = detail::make_tensor({rows * k * int64_t(sizeof(S))}, DType::u8, dev);
+    Tensor cand_pos = detail::make_tensor({rows * k}, DType::i64, dev);
+    auto* hp = static_cast<unsigned*>(hist.data_ptr());
+    auto* pp = static_cast<U*>(prefix.data_ptr());
+    int64_t* rp = rank.data_ptr<int64_t>();
+    int64_t* cp = counts.data_ptr<int64_t>();
+    auto* cv = static_cast<S*>(cand.data_ptr());
+    int64_t* cpos = cand_pos.data_ptr<int64_t>();
+    const dim3 grid{unsigned(chunks), unsigned(rows), 1u};
+    const unsigned row_blocks = unsigned(ceil_div(rows, int64_t(128)));
+    ::ember::cuda::launch_kernel(select_init_kernel<U>, row_blocks, 128, 0, stream, pp, rp, rows, k);
+    EMBER_CUDA_CHECK_LAUNCH();
+    for (int shift = int(8 * sizeof(U)) - 8; shift >= 0; shift -= 8) {
+      EMBER_CUDA_CHECK(cudaMemsetAsync(hp, 0, size_t(rows) * 256 * sizeof(unsigned), stream));
+      ::ember::cuda::launch_kernel(select_histogram_kernel<S>, grid, kSelectThreads, 0, stream,
+          xb, rs, N, largest, static_cast<const U*>(pp), shift, hp);
+      EMBER_CUDA_CHECK_LAUNCH();
+      ::ember::cuda::launch_kernel(select_digit_kernel<U>, row_blocks, 128, 0, stream,
+          static_cast<const unsigned*>(hp), rows, shift, pp, rp);
+      EMBER_CUDA_CHECK_LAUNCH();
+    }
+    ::ember::cuda::launch_kernel(select_count_kernel<S>, grid, kSelectThreads, 0, stream,
+        xb, rs, N, largest, static_cast<const U*>(pp), chunks, cp);
+    EMBER_CUDA_CHECK_LAUNCH();
+    ::ember::cuda::launch_kernel(select_offsets_kernel, row_blocks, 128, 0, stream, cp, rows, chunks);
+    EMBER_CUDA_CHECK_LAUNCH();
+    ::ember::cuda::launch_kernel(select_compact_kernel<S>, grid, kSelectThreads, 0, stream,
+        xb, rs, N, largest, static_cast<const U*>(pp), chunks, static_cast<const int64_t*>(cp), k, cv, cpos);
+    EMBER_CUDA_CHECK_LAUNCH();
+    ::ember::cuda::launch_kernel(bitonic_rows_kernel<S>, unsigned(rows), bitonic_threads, bitonic_smem, stream,
+        static_cast<const S*>(cv), rows, k, int(k), n_pad, int(k), largest, vo + r0 * k, io + r0 * k);
+    EMBER_CUDA_CHECK_LAUNCH();
+    ::ember::cuda::launch_kernel(select_positions_kernel, elementwise_blocks(rows * k, 256), 256, 0, stream,
+        static_cast<const int64_t*>(cpos), k, rows * k, io + r0 * k);
+    EMBER_CUDA_CHECK_LAUNCH();
+  }
 }
 
 template <class S>
@@ -191,6 +417,10 @@ void sort_rows(const Tensor& in, const Tensor& values, const Tensor& indices, bo
   const auto on = ember::cuda::detail::on_device(in.device());
   cudaStream_t stream = on.stream;
 
+  if (N > kBitonicMax && k <= kBitonicMax && 4 * k <= N) {  // top-k, k small: no sort of the row
+    topk_select<S>(x, M, N, rs, k, descending, vo, io, in.device(), stream);
+    return;
+  }
   if (N <= kBitonicMax) {
     int n_pad = 1;
     while (n_pad < N) n_pad <<= 1;

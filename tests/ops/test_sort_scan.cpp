@@ -596,7 +596,8 @@ void expect_sort_topk_match_cpu(const std::vector<DType>& dtypes, Generator& g) 
         EXPECT_TRUE(same(c.values.cpu(), h.values));
         EXPECT_TRUE(same(c.indices.cpu(), h.indices));
         const int64_t n = shape[size_t(d)];
-        for (int64_t k : {int64_t(1), std::min<int64_t>(n, 7), n}) {
+        // k up to n / 4 of a row longer than 4096 selects (radix select, no sort of the row).
+        for (int64_t k : {int64_t(1), std::min<int64_t>(n, 7), std::max<int64_t>(1, n / 4), n}) {
           ValuesIndices tc = topk(xc, k, d, desc), th = topk(x, k, d, desc);
           EXPECT_TRUE(same(tc.values.cpu(), th.values)) << "k " << k;
           EXPECT_TRUE(same(tc.indices.cpu(), th.indices)) << "k " << k;
@@ -623,8 +624,11 @@ void expect_sort_topk_match_cpu(const std::vector<DType>& dtypes, Generator& g) 
         ValuesIndices c = sort(xc, 1, desc), h = sort(x, 1, desc);
         EXPECT_TRUE(same(c.values.cpu(), h.values));
         EXPECT_TRUE(same(c.indices.cpu(), h.indices));
-        ValuesIndices tc = topk(xc, 5, 1, desc), th = topk(x, 5, 1, desc);
-        EXPECT_TRUE(same(tc.indices.cpu(), th.indices));
+        for (int64_t k : {int64_t(5), n / 4}) {  // n 4500: the radix select, ties across its chunks
+          ValuesIndices tc = topk(xc, k, 1, desc), th = topk(x, k, 1, desc);
+          EXPECT_TRUE(same(tc.values.cpu(), th.values)) << "k " << k;
+          EXPECT_TRUE(same(tc.indices.cpu(), th.indices)) << "k " << k;
+        }
       }
     }
   }
@@ -674,6 +678,27 @@ TEST(SortScanCuda, ScansMatchCpuOtherDtypes) {
   EMBER_SKIP_WITHOUT_CUDA();
   Generator g(25);
   expect_scans_match_cpu({DType::f64, DType::bf16, DType::i32, DType::b8}, g);
+}
+
+// Top-k by radix select (k <= n / 4 of a row over 4096): heavy ties across the 4096-element
+// chunks of its passes (7 distinct values), u32 and u64 keys, both directions, k from 1 to n / 4,
+// against the CPU's sort-based top-k exactly (values and indices: ties in index order). Small
+// enough for the simulation's second warp schedule (tests/cuda_sim/second_schedule.txt), which
+// reverses the lanes and warps the compaction's ballots rank.
+TEST(SortScanCuda, TopkSelectsTiesInIndexOrder) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  Generator g(26);
+  for (DType dt : {DType::f32, DType::i64}) {
+    Tensor x = randint(-3, 4, {3, 9000}, TensorOptions(DType::i64), &g).to(Device::cpu(), dt);
+    Tensor xc = x.cuda();
+    for (bool largest : {true, false})
+      for (int64_t k : {int64_t(1), int64_t(100), int64_t(1300), int64_t(2250)}) {
+        SCOPED_TRACE(str(dt, " k ", k, largest ? " largest" : " smallest"));
+        ValuesIndices c = topk(xc, k, 1, largest), h = topk(x, k, 1, largest);
+        EXPECT_TRUE(same(c.values.cpu(), h.values));
+        EXPECT_TRUE(same(c.indices.cpu(), h.indices));
+      }
+  }
 }
 
 TEST(SortScanCuda, CompositesMatchCpu) {
