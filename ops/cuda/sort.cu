@@ -212,9 +212,19 @@ __global__ void select_histogram_kernel(const S* __restrict__ x, int64_t rs, int
   const int64_t row = blockIdx.y, j0 = int64_t(blockIdx.x) * kSelectChunk, j1 = min(n, j0 + kSelectChunk);
   const U high = shift + 8 >= int(8 * sizeof(U)) ? U(0) : U(~U(0) << (shift + 8));
   const U want = prefix[row] & high;
-  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-    const U key = select_key(x + row * rs + j, largest);
-    if ((key & high) == want) atomicAdd(&h[unsigned(key >> shift) & 255u], 1u);
+  const unsigned lane = threadIdx.x & 31u;
+  // Most keys of a row share their top digits (one sign and exponent range): the lanes of a
+  // warp holding the same digit add once, through their lowest lane (__match_any_sync), so a
+  // hot bin takes one shared atomic per warp, not 32 serialized ones.
+  for (int64_t t0 = j0; t0 < j1; t0 += blockDim.x) {  // the same trip count for every lane
+    const int64_t j = t0 + threadIdx.x;
+    unsigned digit = 256u;  // no bin: past the chunk, or a key off the prefix
+    if (j < j1) {
+      const U key = select_key(x + row * rs + j, largest);
+      if ((key & high) == want) digit = unsigned(key >> shift) & 255u;
+    }
+    const unsigned peers = __match_any_sync(kFullMask, digit);
+    if (digit < 256u && lane == unsigned(__ffs(peers) - 1)) atomicAdd(&h[digit], unsigned(__popc(peers)));
   }
   __syncthreads();
   for (int i = threadIdx.x; i < 256; i += blockDim.x)
@@ -417,7 +427,7 @@ void sort_rows(const Tensor& in, const Tensor& values, const Tensor& indices, bo
   const auto on = ember::cuda::detail::on_device(in.device());
   cudaStream_t stream = on.stream;
 
-  if (N > kBitonicMax && k <= kBitonicMax && 4 * k <= N) {  // top-k, k small: no sort of the row
+  if (N > kBitonicMax && N <= INT_MAX && k <= kBitonicMax && 4 * k <= N) {  // top-k, k small: select
     topk_select<S>(x, M, N, rs, k, descending, vo, io, in.device(), stream);
     return;
   }
