@@ -202,7 +202,8 @@ __global__ void index_select_fwd_kernel(const U* x, const void* index, bool i32,
 //    and then skipped), and its position; a stable radix sort by key keeps the positions of a
 //    destination in ascending order, the CPU's order;
 // 2. runs of equal keys are counted (a run-length encoding: each run's key and length) and
-//    their starts found (an exclusive scan of the lengths);
+//    their starts found (an exclusive scan of the lengths); with 64-bit positions, where CUB's
+//    encoding (int counts) cannot go, head flags and an inclusive scan numbering the runs;
 // 3. a run of at most kChunk sources is summed by one thread per column, starting from the
 //    destination's old value, exactly in the CPU's order (bit-identical for f32/f64; scatter_add
 //    also rounds after every add in 16-bit dtypes, as the CPU; index_add, so embedding's
@@ -291,6 +292,29 @@ struct ScatterAddAccess {
     return src[off[2] + (pos % len) * ss_dim];
   }
 };
+
+template <class K, class P>
+__global__ void run_heads_kernel(const K* keys, int64_t n, P* head) {
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x)
+    head[k] = k == 0 || keys[k] != keys[k - 1] ? 1 : 0;
+}
+
+// run_id = inclusive sum of the heads (1-based): run r starts at start[r] with key run_key[r];
+// start[runs] = n.
+template <class K, class P>
+__global__ void run_starts_kernel(const K* keys, const P* head, const P* run_id, int64_t n, P* start, K* run_key,
+                                  P* runs) {
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x) {
+    if (head[k]) {
+      start[run_id[k] - 1] = P(k);
+      run_key[run_id[k] - 1] = keys[k];
+    }
+    if (k == n - 1) {
+      start[run_id[k]] = P(n);
+      *runs = run_id[k];
+    }
+  }
+}
 
 // Chunks of each run longer than kChunk (0 for the others and past the last run).
 template <class P>
@@ -393,19 +417,35 @@ void ordered_sums_as(Device device, cudaStream_t stream, int64_t n, uint64_t sen
       return cub::DeviceRadixSort::SortPairs(temp, bytes, keys_in, keys, pos_in, pos, n, 0, end_bit, stream);
     });
   }  // the unsorted pairs go back to the stream's pool, reusable by the launches below
-  // Runs: key and length of each (lengths past the last run stay 0), starts by an exclusive
-  // scan over n + 1 lengths (start[runs] = n).
+  // Runs: each one's key and start (start[runs] = n).
   auto [run_key_t, run_key] = scratch((K*)nullptr, n);
-  auto [length_t, length] = scratch((P*)nullptr, n + 1);
   auto [start_t, start] = scratch((P*)nullptr, n + 1);
   auto [runs_t, runs] = scratch((P*)nullptr, 1);
-  EMBER_CUDA_CHECK(cudaMemsetAsync(length, 0, size_t(n + 1) * sizeof(P), stream));
-  cub_run([&](void* temp, size_t& bytes) {
-    return cub::DeviceRunLengthEncode::Encode(temp, bytes, keys, run_key, length, runs, n, stream);
-  });
-  cub_run([&](void* temp, size_t& bytes) {
-    return cub::DeviceScan::ExclusiveSum(temp, bytes, length, start, n + 1, stream);
-  });
+  if constexpr (sizeof(P) == 4) {
+    // Run-length encoding (CUB counts its items in int: n < 2^31 here), the lengths past the
+    // last run left 0, and starts by an exclusive scan over n + 1 lengths.
+    auto [length_t, length] = scratch((P*)nullptr, n + 1);
+    EMBER_CUDA_CHECK(cudaMemsetAsync(length, 0, size_t(n + 1) * sizeof(P), stream));
+    cub_run([&](void* temp, size_t& bytes) {
+      return cub::DeviceRunLengthEncode::Encode(temp, bytes, keys, run_key, length, runs, int(n), stream);
+    });
+    cub_run([&](void* temp, size_t& bytes) {
+      return cub::DeviceScan::ExclusiveSum(temp, bytes, length, start, n + 1, stream);
+    });
+  } else {
+    // 64-bit counts: head flags, an inclusive scan numbering the runs, each head writing its
+    // run's start and key.
+    auto [head_t, head] = scratch((P*)nullptr, n);
+    auto [run_id_t, run_id] = scratch((P*)nullptr, n);
+    ::ember::cuda::launch_kernel(run_heads_kernel<K, P>, blocks_for(n), kThreads, 0, stream, keys, n, head);
+    EMBER_CUDA_CHECK_LAUNCH();
+    cub_run([&](void* temp, size_t& bytes) {
+      return cub::DeviceScan::InclusiveSum(temp, bytes, head, run_id, n, stream);
+    });
+    ::ember::cuda::launch_kernel(run_starts_kernel<K, P>, blocks_for(n), kThreads, 0, stream,
+        keys, head, run_id, n, start, run_key, runs);
+    EMBER_CUDA_CHECK_LAUNCH();
+  }
   auto [chunks_t, chunks] = scratch((P*)nullptr, n);
   auto [chunk_at_t, chunk_at] = scratch((P*)nullptr, n);
   ::ember::cuda::launch_kernel(run_chunks_kernel<P>, blocks_for(n), kThreads, 0, stream, start, runs, n, chunks);
