@@ -17,7 +17,8 @@
 //   shifted partial sums (batch norm's kernel, the rows as channels) one thread per row
 //   combines in slice order, then y elementwise. Backward reduces per (n, channel) plane (in
 //   slices the same way when the planes are few and long), then per row, then writes dx
-//   elementwise; dweight/dbias sum over n in order. Slice counts depend on the shape alone. RMS norm: one block row per row (threads_per_row), dweight by chunk partials.
+//   elementwise; dweight/dbias sum over n in order. Slice counts depend on the shape alone.
+//   RMS norm: one block row per row (threads_per_row), dweight by chunk partials.
 // - Deterministic (Note [deterministic CUDA reductions]): no float atomics anywhere.
 // - Everything runs on the current stream of x's device under a device guard; workspaces come
 //   from the caching allocator (stream-ordered); no host synchronization; 64-bit indexing.
