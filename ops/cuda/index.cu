@@ -32,6 +32,7 @@
 #include "ember/cuda/stream_handle.h"
 #include "kernels/elementwise.h"
 #include "kernels/index.h"
+#include "cub_scratch.cuh"
 #include "loops.cuh"
 
 namespace ember::ops::cuda {
@@ -396,14 +397,6 @@ void ordered_sums_as(Device device, cudaStream_t stream, int64_t n, uint64_t sen
     Tensor t = detail::make_tensor({std::max<int64_t>(count, 1) * int64_t(sizeof(T))}, DType::u8, device);
     return std::make_pair(t, static_cast<T*>(t.data_ptr()));
   };
-  // A CUB device algorithm, called as CUB wants: once for its scratch size, then with scratch
-  // from ember's allocator (stream-ordered, so it is free again for the launches after).
-  auto cub_run = [&](auto&& call) {
-    size_t bytes = 0;
-    EMBER_CUDA_CHECK(call(nullptr, bytes));
-    Tensor temp = detail::make_tensor({int64_t(std::max<size_t>(bytes, 1))}, DType::u8, device);
-    EMBER_CUDA_CHECK(call(temp.data_ptr(), bytes));
-  };
   auto [keys_t, keys] = scratch((K*)nullptr, n);
   auto [pos_t, pos] = scratch((P*)nullptr, n);
   {
@@ -413,7 +406,7 @@ void ordered_sums_as(Device device, cudaStream_t stream, int64_t n, uint64_t sen
     // A stable radix sort over just the bits a key can have.
     int end_bit = 1;
     while (end_bit < int(8 * sizeof(K)) && (uint64_t(1) << end_bit) <= sentinel) ++end_bit;
-    cub_run([&](void* temp, size_t& bytes) {
+    cub_with_scratch(device, [&](void* temp, size_t& bytes) {
       return cub::DeviceRadixSort::SortPairs(temp, bytes, keys_in, keys, pos_in, pos, n, 0, end_bit, stream);
     });
   }  // the unsorted pairs go back to the stream's pool, reusable by the launches below
@@ -426,10 +419,10 @@ void ordered_sums_as(Device device, cudaStream_t stream, int64_t n, uint64_t sen
     // last run left 0, and starts by an exclusive scan over n + 1 lengths.
     auto [length_t, length] = scratch((P*)nullptr, n + 1);
     EMBER_CUDA_CHECK(cudaMemsetAsync(length, 0, size_t(n + 1) * sizeof(P), stream));
-    cub_run([&](void* temp, size_t& bytes) {
+    cub_with_scratch(device, [&](void* temp, size_t& bytes) {
       return cub::DeviceRunLengthEncode::Encode(temp, bytes, keys, run_key, length, runs, int(n), stream);
     });
-    cub_run([&](void* temp, size_t& bytes) {
+    cub_with_scratch(device, [&](void* temp, size_t& bytes) {
       return cub::DeviceScan::ExclusiveSum(temp, bytes, length, start, n + 1, stream);
     });
   } else {
@@ -439,7 +432,7 @@ void ordered_sums_as(Device device, cudaStream_t stream, int64_t n, uint64_t sen
     auto [run_id_t, run_id] = scratch((P*)nullptr, n);
     ::ember::cuda::launch_kernel(run_heads_kernel<K, P>, blocks_for(n), kThreads, 0, stream, keys, n, head);
     EMBER_CUDA_CHECK_LAUNCH();
-    cub_run([&](void* temp, size_t& bytes) {
+    cub_with_scratch(device, [&](void* temp, size_t& bytes) {
       return cub::DeviceScan::InclusiveSum(temp, bytes, head, run_id, n, stream);
     });
     ::ember::cuda::launch_kernel(run_starts_kernel<K, P>, blocks_for(n), kThreads, 0, stream,
@@ -450,7 +443,7 @@ void ordered_sums_as(Device device, cudaStream_t stream, int64_t n, uint64_t sen
   auto [chunk_at_t, chunk_at] = scratch((P*)nullptr, n);
   ::ember::cuda::launch_kernel(run_chunks_kernel<P>, blocks_for(n), kThreads, 0, stream, start, runs, n, chunks);
   EMBER_CUDA_CHECK_LAUNCH();
-  cub_run([&](void* temp, size_t& bytes) {
+  cub_with_scratch(device, [&](void* temp, size_t& bytes) {
     return cub::DeviceScan::ExclusiveSum(temp, bytes, chunks, chunk_at, n, stream);
   });
   // Only runs longer than kChunk have chunks, each covering more than kChunk / 2 sources on

@@ -22,6 +22,7 @@
 #include "ember/cuda/device_guard.h"
 #include "kernels/elementwise.h"
 #include "kernels/indexing.h"
+#include "cub_scratch.cuh"
 #include "loops.cuh"
 
 namespace ember::ops::cuda {
@@ -137,11 +138,9 @@ void nonzero_scan_kernel(const Tensor& x, const Tensor& pos) {
   });
   EMBER_CUDA_CHECK_LAUNCH();
   int64_t* pp = static_cast<int64_t*>(pos.data_ptr());
-  size_t bytes = 0;
-  EMBER_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, fp, pp, n + 1, stream));
-  // Scratch from ember's allocator: stream-ordered, free again for the launches after.
-  Tensor temp = ember::detail::make_tensor({int64_t(std::max<size_t>(bytes, 1))}, DType::u8, device);
-  EMBER_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.data_ptr(), bytes, fp, pp, n + 1, stream));
+  cub_with_scratch(device, [&](void* temp, size_t& bytes) {
+    return cub::DeviceScan::ExclusiveSum(temp, bytes, fp, pp, n + 1, stream);
+  });
 }
 
 void nonzero_fill_kernel(const Tensor& x, const Tensor& pos, const Tensor& out) {

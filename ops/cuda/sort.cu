@@ -37,6 +37,7 @@
 #include <type_traits>
 
 #include "ember/cuda/launch.h"
+#include "cub_scratch.cuh"
 #include "kernels/sort.h"
 #include "reduce_utils.cuh"
 
@@ -463,13 +464,9 @@ void sort_rows(const Tensor& in, const Tensor& values, const Tensor& indices, bo
       ::ember::cuda::launch_kernel(radix_fold_prep_kernel<S, KO>, elementwise_blocks(count, 256), 256, 0, stream,
           x + r0 * rs, rs, N, count, descending, kin, pin);
       EMBER_CUDA_CHECK_LAUNCH();
-      auto call = [&](void* temp, size_t& bytes) {
+      cub_with_scratch(dev, [&](void* temp, size_t& bytes) {
         return cub::DeviceRadixSort::SortPairs(temp, bytes, kin, kout, pin, pout, count, 0, end_bit, stream);
-      };
-      size_t bytes = 0;
-      EMBER_CUDA_CHECK(call(nullptr, bytes));
-      Tensor temp = detail::make_tensor({int64_t(std::max<size_t>(bytes, 1))}, DType::u8, dev);
-      EMBER_CUDA_CHECK(call(temp.data_ptr(), bytes));
+      });
       ::ember::cuda::launch_kernel(radix_gather_kernel<S>, elementwise_blocks(rows * k, 256), 256, 0, stream,
           x + r0 * rs, rs, N, k, rows, pout, vo + r0 * k, io + r0 * k);
       EMBER_CUDA_CHECK_LAUNCH();
@@ -500,7 +497,7 @@ void sort_rows(const Tensor& in, const Tensor& values, const Tensor& indices, bo
     ::ember::cuda::launch_kernel(radix_prep_kernel<S>, elementwise_blocks(count, 256), 256, 0, stream,
         x + r0 * rs, rs, N, count, kin, pin, off, rows);
     EMBER_CUDA_CHECK_LAUNCH();
-    auto call = [&](void* temp, size_t& bytes) {
+    cub_with_scratch(dev, [&](void* temp, size_t& bytes) {
       return descending
                  ? cub::DeviceSegmentedRadixSort::SortPairsDescending(
                        temp, bytes, kin, kout, pin, pout, int(count), int(rows), off, off + 1, 0,
@@ -508,11 +505,7 @@ void sort_rows(const Tensor& in, const Tensor& values, const Tensor& indices, bo
                  : cub::DeviceSegmentedRadixSort::SortPairs(temp, bytes, kin, kout, pin, pout,
                                                             int(count), int(rows), off, off + 1, 0,
                                                             int(sizeof(U) * 8), stream);
-    };
-    size_t bytes = 0;
-    EMBER_CUDA_CHECK(call(nullptr, bytes));
-    Tensor temp = detail::make_tensor({int64_t(std::max<size_t>(bytes, 1))}, DType::u8, dev);
-    EMBER_CUDA_CHECK(call(temp.data_ptr(), bytes));
+    });
     ::ember::cuda::launch_kernel(radix_gather_kernel<S>, elementwise_blocks(rows * k, 256), 256, 0, stream,
         x + r0 * rs, rs, N, k, rows, pout, vo + r0 * k, io + r0 * k);
     EMBER_CUDA_CHECK_LAUNCH();
