@@ -44,6 +44,13 @@ template <class A>
 struct PairPlus {
   __device__ Pair<A> operator()(Pair<A> x, Pair<A> y) const { return {x.a + y.a, x.b + y.b}; }
 };
+// The total of row r's `slices` partials part[r * slices ..], added from zero in slice order.
+template <class A>
+__device__ __forceinline__ Pair<A> slice_total(const Pair<A>* part, int64_t r, int64_t slices) {
+  Pair<A> t{A(0), A(0)};
+  for (int64_t s = 0; s < slices; ++s) t = PairPlus<A>{}(t, part[r * slices + s]);
+  return t;
+}
 template <class T>
 struct Plus {
   __device__ T operator()(T a, T b) const { return a + b; }
@@ -157,11 +164,8 @@ __global__ void batch_norm_finish_kernel(const S* x, const Pair<acc_t<S>>* part,
   if (c >= C) return;
   double mu, is;
   if (training) {
-    A s1 = A(0), s2 = A(0);
-    for (int64_t s = 0; s < slices; ++s) {
-      s1 += part[c * slices + s].a;
-      s2 += part[c * slices + s].b;
-    }
+    const Pair<A> tot = slice_total(part, c, slices);
+    const A s1 = tot.a, s2 = tot.b;
     const double K = double(load_c(x + c * HW));
     const double d = double(s1) / double(M);
     const double var = fmax(double(s2) / double(M) - d * d, 0.0);
@@ -231,11 +235,8 @@ __global__ void batch_norm_bwd_finish_kernel(const Pair<acc_t<S>>* part, int64_t
   using A = acc_t<S>;
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  A sg = A(0), sgx = A(0);
-  for (int64_t s = 0; s < slices; ++s) {
-    sg += part[c * slices + s].a;
-    sgx += part[c * slices + s].b;
-  }
+  const Pair<A> tot = slice_total(part, c, slices);
+  const A sg = tot.a, sgx = tot.b;
   const double is = double(invstd[c]);
   if (dbias) dbias[c] = C_(sg);
   if (dweight) dweight[c] = C_(double(sgx) * is);
@@ -401,13 +402,9 @@ __global__ void group_norm_finish_kernel(const S* x, const Pair<acc_t<S>>* part,
   using A = acc_t<S>;
   const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row >= rows) return;
-  A s1 = A(0), s2 = A(0);
-  for (int64_t s = 0; s < slices; ++s) {
-    s1 += part[row * slices + s].a;
-    s2 += part[row * slices + s].b;
-  }
-  const double d = double(s1) / double(L);
-  const double var = fmax(double(s2) / double(L) - d * d, 0.0);
+  const Pair<A> tot = slice_total(part, row, slices);
+  const double d = double(tot.a) / double(L);
+  const double var = fmax(double(tot.b) / double(L) - d * d, 0.0);
   mean[row] = compute_t<S>(double(load_c(x + row * L)) + d);
   rstd[row] = compute_t<S>(1.0 / sqrt(var + eps));
 }
@@ -432,7 +429,7 @@ __global__ void group_norm_affine_kernel(const S* x, const compute_t<S>* weight,
 
 // Block p * slices + s over slice s of plane p = (n, c): (sum g, sum g * (x - mean)) of the
 // slice into part[p * slices + s], x centered on its group's mean as on the CPU (no later
-// difference cancels); plane_sums() adds a plane's slices in order.
+// difference cancels); slice_total() adds a plane's slices in order.
 template <class S>
 __global__ void group_norm_plane_sums_kernel(const S* g, const S* x, const compute_t<S>* mean,
                                              int64_t C, int64_t G, int64_t HW, int64_t slices,
@@ -453,13 +450,6 @@ __global__ void group_norm_plane_sums_kernel(const S* g, const S* x, const compu
   if (threadIdx.x == 0) part[p * slices + s] = acc;
 }
 
-template <class A>
-__device__ __forceinline__ Pair<A> plane_sums(const Pair<A>* part, int64_t p, int64_t slices) {
-  Pair<A> t = part[p * slices];
-  for (int64_t s = 1; s < slices; ++s) t = PairPlus<A>{}(t, part[p * slices + s]);
-  return t;
-}
-
 // One thread per row (n, group): dx = rs * w_c * g + k2 * x + k3 (coef = [k2 | k3] per row).
 template <class S>
 __global__ void group_norm_row_coef_kernel(const Pair<acc_t<S>>* sums, int64_t slices,
@@ -474,7 +464,7 @@ __global__ void group_norm_row_coef_kernel(const Pair<acc_t<S>>* sums, int64_t s
   double A_ = 0, B = 0;  // sum g*w, sum g*w*(x - mean) over the group
   for (int64_t k = 0; k < Cg; ++k) {
     const double w = weight ? double(weight[c0 + k]) : 1.0;
-    const Pair<acc_t<S>> ps = plane_sums(sums, n * C + c0 + k, slices);
+    const Pair<acc_t<S>> ps = slice_total(sums, n * C + c0 + k, slices);
     A_ += w * double(ps.a);
     B += w * double(ps.b);
   }
@@ -510,7 +500,7 @@ __global__ void group_norm_param_kernel(const Pair<acc_t<S>>* sums, int64_t slic
   const int64_t grp = c / (C / G);
   double sw = 0, sb = 0;
   for (int64_t n = 0; n < N; ++n) {
-    const Pair<acc_t<S>> s = plane_sums(sums, n * C + c, slices);
+    const Pair<acc_t<S>> s = slice_total(sums, n * C + c, slices);
     sw += double(s.b) * double(rstd[n * G + grp]);
     sb += double(s.a);
   }
