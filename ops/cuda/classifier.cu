@@ -49,6 +49,15 @@ constexpr int kMinBlocksPerSm = 2;
 constexpr int kUnroll = 2;           // packs a thread loads before it uses any
 constexpr int kTotalThreads = 1024;
 
+// p[u] = row[k0 + u * stride] for each u whose pack index is below `end`, all loads issued
+// before any value is used (the others left unset: callers stop at `end`).
+template <int U, class P>
+__device__ __forceinline__ void load_packs(const P* row, int64_t k0, int64_t stride, int64_t end, P (&p)[U]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    if (k0 + u * stride < end) p[u] = row[k0 + u * stride];
+}
+
 // Loss term and dlogits of one row; with kVectorized the row is read and written in 16-byte
 // Packs, otherwise one element at a time (Pack<S, 1>). Each thread visits packs tid, tid + B,
 // tid + 2B, ... (B = blockDim.x) in that order, kUnroll of them loaded before any is used.
@@ -83,9 +92,7 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocksPerSm)
   const int64_t used_packs = ceil_div(classes, W);
   for (int64_t k0 = threadIdx.x; k0 < used_packs; k0 += step) {
     P p[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (k0 + u * int64_t(blockDim.x) < used_packs) p[u] = row[k0 + u * int64_t(blockDim.x)];
+    load_packs(row, k0, blockDim.x, used_packs, p);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t k = k0 + u * int64_t(blockDim.x);
@@ -122,9 +129,7 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocksPerSm)
   const int64_t tt = bad ? int64_t(-1) : t;
   for (int64_t k0 = threadIdx.x; k0 < packs; k0 += step) {
     P p[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (k0 + u * int64_t(blockDim.x) < packs) p[u] = row[k0 + u * int64_t(blockDim.x)];
+    load_packs(row, k0, blockDim.x, packs, p);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t k = k0 + u * int64_t(blockDim.x);
