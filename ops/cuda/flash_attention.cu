@@ -48,6 +48,12 @@
 //   a fixed lane order), then dK/dV (block owns 64 keys, loops over query tiles recomputing
 //   P^T = 2^(S^T scale log2 e - lse log2 e)) and dQ (block owns 64 queries, loops over key
 //   tiles). Each output element is one thread's f32 accumulator summed in tile order.
+// - Opt-in atomic dQ (Note [attention dQ atomics] in ember/ops/attention.h; never under
+//   set_deterministic(true)): the dK/dV kernel stages each query tile's dS^T (rounded as the
+//   products round it) in one more shared tile, then each warp adds its 16 queries' dS K over
+//   the block's 64 keys into an f32 [BH, Tq, D] buffer with atomicAdd (zeroed by
+//   cudaMemsetAsync on the stream first); a small kernel scales and rounds it into dq. The dQ
+//   kernel, with its recomputed S and dP, is not launched: 5 tile products instead of 7.
 // - Block order (BlockOrder): tiles fastest within a head (the resident blocks share a few
 //   heads' K/V in L2), or heads fastest for causal attention that fits L2 (every head's
 //   heaviest tile first); each chosen where an H200 measured it faster. Within a head,
@@ -63,8 +69,10 @@
 //   flash_bwd_delta_kernel D=64:  28 regs, 0          D=128:  28 regs,  0 (256 threads)
 //   flash_bwd_dkdv_kernel  D=64: 226 regs, 56320 B    D=128: 254 regs, 105472 B
 //   flash_bwd_dq_kernel    D=64: 130 regs, 55296 B    D=128: 165 regs, 104448 B
-// With a mask (the same shared memory): forward 144 / 198 regs, dK/dV 241 / 255, dQ 214 / 232,
-// still 0 spills.
+//   flash_bwd_dkdv_kernel, atomic dQ (+ 9216 B of dS^T): D=64: 236 regs, D=128: 248 regs
+//   flash_bwd_dq_convert_kernel 30 regs, 0 (256 threads)
+// With a mask (the same shared memory): forward 144 / 198 regs, dK/dV 241 / 255 (atomic dQ
+// 241 / 251), dQ 214 / 232, still 0 spills.
 // (dK/dV at D = 128 holds 128 f32 accumulators per thread; it takes the query tile in two
 // halves of 32 and reloads its K/V fragments from shared memory to stay under 255.)
 #include <cuda_bf16.h>
@@ -73,11 +81,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 
 #include "ember/cuda/launch.h"
 #include "ember/cuda/check.h"
 #include "ember/cuda/device_guard.h"
+#include "ember/deterministic.h"
+#include "ember/ops/attention.h"
 #include "ember/profiler.h"
 #include "flash_attention.cuh"
 
@@ -157,6 +168,7 @@ struct BwdParams {
   MaskView mask;
   const float* lse;
   const float* delta;
+  float* dq_accum;  // [BH, Tq, D] f32, zeroed: the atomic dQ (kAtomicDq kernels) adds here
   BlockOrder order;
   int64_t BH, H, Tq, Tk;
   float scale_log2, scale;
@@ -566,8 +578,62 @@ __global__ void __launch_bounds__(256) flash_bwd_delta_kernel(const Operand o, c
   if (c == 0 && r < rows) delta[r] = acc;
 }
 
-// dK, dV for 64 keys (warp w owns keys n0 + 16w ..), looping over query tiles.
-template <class S, int D, bool kMask>
+// dQ rows [row0, row0 + 16) (warp w's 16 queries of the tile, row0 = i0 + 16 w) += dS K over
+// the block's 64 keys, added into p.dq_accum with f32 atomics (Note [attention dQ atomics]).
+// dS comes from the staged dS^T tile `dss` ([64 keys][64 + 8 queries], every warp's rows):
+// ldmatrix.trans of its [k][m] storage gives the A fragments of dS (b_off's lane addresses,
+// keys as rows); K is the B operand exactly as in gemm_xb. 16 columns per step: 8 accumulators
+// (the D = 128 kernel holds dK and dV in 128 registers already). kCacheDs keeps the 4 dS
+// fragments in registers across the steps; without it (the masked D = 128 kernel, which
+// would spill) each step reloads them. Each dQ element gets one atomic per block and query
+// tile; rows past Tq add nothing.
+template <class S, int D, bool kCacheDs>
+__device__ __forceinline__ void add_dq_atomic(const BwdParams& p, const uint16_t* dss,
+                                              const uint16_t* ks, int64_t bh, int64_t row0,
+                                              int warp, int lane) {
+  uint32_t af[kCacheDs ? kBlock / 16 : 1][4];
+  const uint32_t a = smem_u32(dss) + uint32_t(b_off<kBlock>(lane) + warp * 16) * 2;
+  auto load_ds = [&](uint32_t (&f)[4], int kk) { ldsm_x4_t(f, a + uint32_t(kk * 16 * Tile<kBlock>::pitch) * 2); };
+  if constexpr (kCacheDs) {
+#pragma unroll
+    for (int kk = 0; kk < kBlock / 16; ++kk) load_ds(af[kk], kk);
+  }
+  const uint32_t b = smem_u32(ks) + uint32_t(a_off<D>(lane)) * 2;
+  const int g = lane >> 2, t = lane & 3;
+  const bool lo = row0 + g < p.Tq, hi = row0 + g + 8 < p.Tq;
+  float* out = p.dq_accum + (bh * p.Tq + row0 + g) * D + 2 * t;
+#pragma unroll 1  // addresses differ per step only; unrolled, the loads would take registers
+  for (int dp = 0; dp < D / 16; ++dp) {
+    float c0[4] = {0.f, 0.f, 0.f, 0.f}, c1[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int kk = 0; kk < kBlock / 16; ++kk) {
+      if constexpr (!kCacheDs) load_ds(af[0], kk);
+      const uint32_t(&ds)[4] = af[kCacheDs ? kk : 0];
+      uint32_t r[4];
+      ldsm_x4_t(r, b + uint32_t(kk * 16 * Tile<D>::pitch + dp * 16) * 2);
+      mma<S>(c0, ds, r[0], r[1]);  // columns dp * 16 + 0..7
+      mma<S>(c1, ds, r[2], r[3]);  // columns dp * 16 + 8..15
+    }
+    float* o = out + dp * 16;
+    if (lo) {
+      atomicAdd(o, c0[0]);
+      atomicAdd(o + 1, c0[1]);
+      atomicAdd(o + 8, c1[0]);
+      atomicAdd(o + 9, c1[1]);
+    }
+    if (hi) {
+      atomicAdd(o + 8 * D, c0[2]);
+      atomicAdd(o + 8 * D + 1, c0[3]);
+      atomicAdd(o + 8 * D + 8, c1[2]);
+      atomicAdd(o + 8 * D + 9, c1[3]);
+    }
+  }
+}
+
+// dK, dV for 64 keys (warp w owns keys n0 + 16w ..), looping over query tiles. With kAtomicDq
+// it also adds each query tile's dS K into p.dq_accum (add_dq_atomic), staging dS^T through
+// one more shared tile, and the dQ kernel is not launched.
+template <class S, int D, bool kMask, bool kAtomicDq>
 __global__ void __launch_bounds__(kThreads) flash_bwd_dkdv_kernel(const BwdParams p) {
   using T = Tile<D>;
   constexpr bool kCacheA = D == 64;  // K, V fragments in registers (D = 128 would spill)
@@ -581,6 +647,7 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dkdv_kernel(const BwdParam
   uint16_t* gs = qs + 2 * T::elems;  // [2] tiles of dO
   float* ls = reinterpret_cast<float*>(gs + 2 * T::elems);  // [2][64] lse
   float* dls = ls + 2 * kBlock;                             // [2][64] Delta
+  uint16_t* dss = reinterpret_cast<uint16_t*>(dls + 2 * kBlock);  // dS^T (kAtomicDq only)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int64_t bh = p.order.head(), b = bh / p.H, h = bh % p.H;
   if (bh >= p.BH) return;
@@ -688,10 +755,29 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dkdv_kernel(const BwdParam
           dpt[n][e] = pv * (dpt[n][e] - d_i);
         }
       }
+      if constexpr (kAtomicDq) {
+        // This warp's keys' dS^T rows, columns c0.., rounded as gemm_xb rounds them. Keys past
+        // Tk stage 0: their K rows are zero but their dS need not be finite (an f32 mask can
+        // push lse so low that 2^(0 - lse) overflows), and inf * 0 would reach dQ.
+        const int kr = warp * 16 + g;
+        uint16_t* lo_row = dss + kr * Tile<kBlock>::pitch + c0 + 2 * t;
+        uint16_t* hi_row = lo_row + 8 * Tile<kBlock>::pitch;
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          *reinterpret_cast<uint32_t*>(lo_row + n * 8) =
+              kr < rows_k ? pack2<S>(dpt[n][0], dpt[n][1]) : 0u;
+          *reinterpret_cast<uint32_t*>(hi_row + n * 8) =
+              kr + 8 < rows_k ? pack2<S>(dpt[n][2], dpt[n][3]) : 0u;
+        }
+      }
       gemm_xb<S, D, NT>(dv, st, gh, lane);   // dV += P^T dO
       gemm_xb<S, D, NT>(dk, dpt, qh, lane);  // dK += dS^T Q
     }
-    __syncthreads();  // the buffer is refilled by the next iteration's prefetch
+    if constexpr (kAtomicDq) {
+      __syncthreads();  // every warp's dS^T rows staged
+      add_dq_atomic<S, D, !(kMask && D == 128)>(p, dss, ks, bh, i0 + warp * 16, warp, lane);
+    }
+    __syncthreads();  // the buffer (and dS^T) is refilled by the next iteration
   }
 
   // The loop ran at least once (query Tq - 1 sees every key), so the K, V copies into the
@@ -815,6 +901,24 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dq_kernel(const BwdParams 
   store_rows<S, D>(dq, p.scale, p.scale, qs + warp * 16 * T::pitch,
                    const_cast<uint16_t*>(p.dq.head(b, h)) + wrow * p.dq.s2, p.dq.s2,
                    p.Tq - wrow, lane);
+}
+
+// dQ = scale * dq_accum, rounded to S, into the strided dq operand: 8 columns (two float4
+// loads, one 16-byte store) per thread, rows = BH * Tq. The grid is the Delta kernel's.
+template <class S, int D>
+__global__ void flash_bwd_dq_convert_kernel(const float* acc, Operand dq, float scale, int64_t H,
+                                            int64_t Tq, int64_t rows) {
+  constexpr int kChunks = D / 8;
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t r = idx / kChunks;
+  if (r >= rows) return;
+  const int c = int(idx % kChunks);
+  const int64_t bh = r / Tq, i = r % Tq;
+  const float4* src = reinterpret_cast<const float4*>(acc + r * D + c * 8);
+  const float4 x = src[0], y = src[1];
+  const uint4 o = {pack2<S>(x.x * scale, x.y * scale), pack2<S>(x.z * scale, x.w * scale),
+                   pack2<S>(y.x * scale, y.y * scale), pack2<S>(y.z * scale, y.w * scale)};
+  *reinterpret_cast<uint4*>(const_cast<uint16_t*>(dq.head(bh / H, bh % H)) + i * dq.s2 + c * 8) = o;
 }
 
 // ------------------------------------------------------------------ host side
@@ -950,7 +1054,18 @@ void launch_bwd(const BwdParams& prm, const Operand& out, float* delta, int64_t 
   EMBER_CUDA_CHECK_LAUNCH();
 
   constexpr size_t kv_bytes = 6 * size_t(Tile<D>::bytes) + 4 * kBlock * sizeof(float);
-  auto kv_kernel = flash_bwd_dkdv_kernel<S, D, kMask>;
+  if (prm.dq_accum) {  // Note [attention dQ atomics]: dQ from the dK/dV kernel, then scaled
+    constexpr size_t bytes = kv_bytes + Tile<kBlock>::bytes;  // + the dS^T tile
+    auto kv_kernel = flash_bwd_dkdv_kernel<S, D, kMask, true>;
+    allow_smem(kv_kernel, bytes);
+    ::ember::cuda::launch_kernel(kv_kernel, tiles_grid(prm.order, BH, prm.Tk), kThreads, bytes, stream, prm);
+    EMBER_CUDA_CHECK_LAUNCH();
+    ::ember::cuda::launch_kernel(flash_bwd_dq_convert_kernel<S, D>, unsigned(delta_blocks), 256, 0, stream,
+        prm.dq_accum, prm.dq, prm.scale, prm.H, prm.Tq, rows);
+    EMBER_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  auto kv_kernel = flash_bwd_dkdv_kernel<S, D, kMask, false>;
   allow_smem(kv_kernel, kv_bytes);
   ::ember::cuda::launch_kernel(kv_kernel, tiles_grid(prm.order, BH, prm.Tk), kThreads, kv_bytes, stream, prm);
   EMBER_CUDA_CHECK_LAUNCH();
@@ -1007,6 +1122,15 @@ bool flash_attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, c
   // capture's private pool while capturing); freed when this returns, after the launches are
   // queued, so its reuse is ordered behind them on the same stream.
   Tensor delta = detail::make_tensor({BH * Tq}, DType::f32, q.device());
+  // Note [attention dQ atomics]: an f32 dQ the dK/dV kernel adds into, zeroed on the stream.
+  const bool atomic_dq = ops::attention_dq_atomics() && !is_deterministic();
+  Tensor dq_accum;
+  if (atomic_dq) {
+    dq_accum = detail::make_tensor({BH * Tq * D}, DType::f32, q.device());
+    EMBER_CUDA_CHECK(cudaMemsetAsync(dq_accum.data_ptr(), 0, size_t(BH * Tq * D) * sizeof(float), on.stream));
+  }
+  std::optional<ember::profiler::RecordFunction> atomic_range;  // names the path for profiles/tests
+  if (atomic_dq) atomic_range.emplace("flash_attention_bwd_atomic_dq");
   BwdParams prm{operand(q),
                 operand(k),
                 operand(v),
@@ -1017,6 +1141,7 @@ bool flash_attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, c
                 mask_view(mask),
                 lse.data_ptr<float>(),
                 delta.data_ptr<float>(),
+                atomic_dq ? dq_accum.data_ptr<float>() : nullptr,
                 block_order(causal, BH, Tq, Tk, D),
                 BH,
                 q.sizes()[1],

@@ -7,13 +7,26 @@
 // [attention masks and dropout]); only its dtype may be converted, in its own shape.
 #include "ember/ops/attention.h"
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 
 #include "ember/ops/elementwise.h"
 #include "ember/ops/nn.h"
 #include "kernels/attention.h"
 
 namespace ember::ops {
+
+namespace {
+std::atomic<bool> g_attention_dq_atomics{[] {
+  const char* env = std::getenv("EMBER_ATTENTION_DQ_ATOMICS");
+  return env && std::string_view(env) == "1";
+}()};
+}  // namespace
+
+void set_attention_dq_atomics(bool on) { g_attention_dq_atomics.store(on, std::memory_order_relaxed); }
+bool attention_dq_atomics() { return g_attention_dq_atomics.load(std::memory_order_relaxed); }
 
 namespace {
 

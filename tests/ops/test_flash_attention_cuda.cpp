@@ -23,21 +23,45 @@ using namespace ember;
 
 namespace {
 
-// How many times the tensor-core path opened its profiler range ("flash_attention_fwd" or
-// "flash_attention_bwd") while `run` ran.
+// How many times the tensor-core path opened its profiler ranges while `run` ran:
+// "flash_attention_fwd", "flash_attention_bwd", and inside the latter
+// "flash_attention_bwd_atomic_dq" when dQ came from atomics (Note [attention dQ atomics]).
+struct FlashRuns {
+  int64_t fwd = 0, bwd = 0, atomic_dq = 0;
+};
 template <class F>
-std::pair<int64_t, int64_t> flash_runs(F&& run) {
+FlashRuns flash_ranges(F&& run) {
   profiler::Profiler prof({.with_cuda = false});
   prof.start();
   run();
   prof.stop();
-  int64_t fwd = 0, bwd = 0;
+  FlashRuns n;
   for (const profiler::Event& e : prof.events()) {
-    fwd += e.name == "flash_attention_fwd";
-    bwd += e.name == "flash_attention_bwd";
+    n.fwd += e.name == "flash_attention_fwd";
+    n.bwd += e.name == "flash_attention_bwd";
+    n.atomic_dq += e.name == "flash_attention_bwd_atomic_dq";
   }
-  return {fwd, bwd};
+  return n;
 }
+template <class F>
+std::pair<int64_t, int64_t> flash_runs(F&& run) {
+  const FlashRuns n = flash_ranges(run);
+  EXPECT_EQ(n.atomic_dq, 0) << "dQ by atomics without set_attention_dq_atomics(true)";
+  return {n.fwd, n.bwd};
+}
+
+// set_attention_dq_atomics / set_deterministic for one scope, restored after it.
+struct DqAtomics {
+  bool prev = ops::attention_dq_atomics(), prev_det = is_deterministic();
+  explicit DqAtomics(bool on, bool deterministic = false) {
+    ops::set_attention_dq_atomics(on);
+    set_deterministic(deterministic);
+  }
+  ~DqAtomics() {
+    ops::set_attention_dq_atomics(prev);
+    set_deterministic(prev_det);
+  }
+};
 
 struct Shape4 {
   int64_t B, H, Tq, Tk, D;
@@ -51,9 +75,10 @@ std::string name_of(DType dt, const Shape4& c) {
 
 // q, k, v, g on the GPU as `dt` (whatever their strides), their rounded values in f64 on
 // the CPU (contiguous) for the reference; checks out, lse, dq, dk, dv, and that the
-// tensor-core kernels (not the generic fallback) ran, unless `expect_flash` is false.
+// tensor-core kernels (not the generic fallback) ran, unless `expect_flash` is false, and
+// that dQ came from atomics exactly when `expect_atomic_dq`.
 void check_against_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                       bool causal, bool expect_flash = true) {
+                       bool causal, bool expect_flash = true, bool expect_atomic_dq = false) {
   const DType dt = q.dtype();
   const int64_t Tq = q.sizes()[2], Tk = k.sizes()[2], D = q.sizes()[3];
   const Tensor q64 = q.to(Device::cpu(), DType::f64), k64 = k.to(Device::cpu(), DType::f64);
@@ -64,12 +89,13 @@ void check_against_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
   ops::AttentionForward gf;
   ops::AttentionBackward gb;
-  const auto [fwd_runs, bwd_runs] = flash_runs([&] {
+  const FlashRuns runs = flash_ranges([&] {
     gf = ops::scaled_dot_product_attention_forward(q, k, v, causal);
     gb = ops::scaled_dot_product_attention_backward(g, q, k, v, gf.out, gf.lse, causal);
   });
-  EXPECT_EQ(fwd_runs, expect_flash ? 1 : 0) << "tensor-core forward runs";
-  EXPECT_EQ(bwd_runs, expect_flash ? 1 : 0) << "tensor-core backward runs";
+  EXPECT_EQ(runs.fwd, expect_flash ? 1 : 0) << "tensor-core forward runs";
+  EXPECT_EQ(runs.bwd, expect_flash ? 1 : 0) << "tensor-core backward runs";
+  EXPECT_EQ(runs.atomic_dq, expect_atomic_dq ? 1 : 0) << "backward runs with dQ by atomics";
   ASSERT_EQ(gf.out.dtype(), dt);
   const double budget = attention_budget(dt, std::max({Tq, Tk, D}));
   EXPECT_TRUE(within_budget(gf.out, rf.out, budget)) << "out";
@@ -285,4 +311,97 @@ TEST(FlashAttentionCuda, DeterministicBackward) {
     EXPECT_EQ(bits(b1.dk), bits(b2.dk));
     EXPECT_EQ(bits(b1.dv), bits(b2.dv));
   }
+}
+
+// Note [attention dQ atomics]: with set_attention_dq_atomics(true) the dK/dV kernel adds dQ
+// with f32 atomics and the dQ kernel does not run; every gradient still matches the f64
+// reference within the deterministic path's budget, on shapes with partial tiles on both
+// sides, Tq != Tk and the causal diagonal, both dtypes and head dims.
+TEST(FlashAttentionCuda, AtomicDqMatchesCpu) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  const DqAtomics on(true);
+  const Shape4 shapes[] = {{2, 3, 17, 17, 0, false}, {1, 3, 100, 100, 0, false},
+                           {1, 2, 17, 100, 0, false}, {1, 2, 100, 17, 0, false},
+                           {1, 2, 1, 64, 0, false},   {1, 1, 1024, 1024, 0, false}};
+  Generator gen(26);
+  for (DType dt : {DType::bf16, DType::f16})
+    for (int64_t D : {64, 128})
+      for (bool causal : {false, true})
+        for (Shape4 c : shapes) {
+          c.D = D;
+          c.causal = causal;
+          if (causal && c.Tq > c.Tk) continue;
+          if (cuda::is_simulated() && (c.Tk == 1024 || (dt == DType::f16 && c.Tq == 100))) continue;
+          SCOPED_TRACE(name_of(dt, c) + " atomic dQ");
+          const Tensor q = randn_on({c.B, c.H, c.Tq, D}, dt, gen);
+          const Tensor k = randn_on({c.B, c.H, c.Tk, D}, dt, gen);
+          const Tensor v = randn_on({c.B, c.H, c.Tk, D}, dt, gen);
+          const Tensor g = randn_on({c.B, c.H, c.Tq, D}, dt, gen);
+          check_against_cpu(q, k, v, g, causal, true, true);
+        }
+}
+
+// Keys past Tk (the last key tile's padding rows) must add nothing to dQ: their K rows are
+// zero, but their dS need not be finite. An f32 mask of -100 on every key leaves the softmax
+// (so out, dq, dk, dv) unchanged and lowers lse by 100, so a padding key's 2^(0 - lse)
+// overflows to inf and inf * 0 would put NaN into dQ. Compared with the unmasked f64 reference.
+TEST(FlashAttentionCuda, AtomicDqIgnoresPaddingKeysUnderLowLse) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  const DqAtomics on(true);
+  Generator gen(27);
+  for (DType dt : {DType::bf16, DType::f16})
+    for (int64_t D : {64, 128}) {
+      SCOPED_TRACE(str(dtype_name(dt), " D", D));
+      const int64_t B = 1, H = 2, Tq = 17, Tk = 100;  // 28 padding keys in the second tile
+      const Tensor q = randn_on({B, H, Tq, D}, dt, gen), k = randn_on({B, H, Tk, D}, dt, gen);
+      const Tensor v = randn_on({B, H, Tk, D}, dt, gen), g = randn_on({B, H, Tq, D}, dt, gen);
+      const Tensor q64 = q.to(Device::cpu(), DType::f64), k64 = k.to(Device::cpu(), DType::f64);
+      const Tensor v64 = v.to(Device::cpu(), DType::f64), g64 = g.to(Device::cpu(), DType::f64);
+      const ops::AttentionForward rf = ops::scaled_dot_product_attention_forward(q64, k64, v64, false);
+      const ops::AttentionBackward rb =
+          ops::scaled_dot_product_attention_backward(g64, q64, k64, v64, rf.out, rf.lse, false);
+      const ops::AttentionExtras low{.attn_mask = full({1, 1, 1, Tk}, -100.0, TensorOptions(DType::f32).device(Device::cuda(0)))};
+      ops::AttentionForward gf;
+      ops::AttentionBackward gb;
+      const FlashRuns runs = flash_ranges([&] {
+        gf = ops::scaled_dot_product_attention_forward(q, k, v, low, false);
+        gb = ops::scaled_dot_product_attention_backward(g, q, k, v, gf.out, gf.lse, low, false);
+      });
+      EXPECT_EQ(runs.atomic_dq, 1) << "backward runs with dQ by atomics";
+      EXPECT_TRUE(within_budget(gf.lse + 100.0, rf.lse, attention_lse_budget(Tk))) << "lse + 100";
+      const double budget = attention_budget(dt, std::max({Tq, Tk, D})), bwd = budget + unit_roundoff(dt);
+      const AttentionTermScales terms = attention_term_scales(q64, k64, v64, g64, false);
+      EXPECT_TRUE(within_budget(gf.out, rf.out, budget)) << "out";
+      EXPECT_TRUE(within_budget(gb.dq, rb.dq, bwd, std::sqrt(double(D)), terms.dq)) << "dq";
+      EXPECT_TRUE(within_budget(gb.dk, rb.dk, bwd, std::sqrt(double(D)), terms.dk)) << "dk";
+      EXPECT_TRUE(within_budget(gb.dv, rb.dv, bwd)) << "dv";
+    }
+}
+
+// Under set_deterministic(true) the switch is ignored: the dQ kernel runs, and dQ is bit for
+// bit the default path's.
+TEST(FlashAttentionCuda, DeterministicModeOverridesDqAtomics) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  Generator gen(28);
+  const Tensor q = randn_on({1, 2, 100, 64}, DType::bf16, gen), k = randn_on({1, 2, 100, 64}, DType::bf16, gen);
+  const Tensor v = randn_on({1, 2, 100, 64}, DType::bf16, gen), g = randn_on({1, 2, 100, 64}, DType::bf16, gen);
+  auto dq_of = [&](FlashRuns& runs) {
+    Tensor dq;
+    runs = flash_ranges([&] {
+      const ops::AttentionForward f = ops::scaled_dot_product_attention_forward(q, k, v, true);
+      dq = ops::scaled_dot_product_attention_backward(g, q, k, v, f.out, f.lse, true).dq;
+    });
+    return dq.to(Device::cpu(), DType::f32).to_vector<float>();
+  };
+  FlashRuns plain, overridden;
+  const std::vector<float> want = dq_of(plain);
+  std::vector<float> got;
+  {
+    const DqAtomics on(true, /*deterministic=*/true);
+    got = dq_of(overridden);
+  }
+  EXPECT_EQ(plain.atomic_dq, 0);
+  EXPECT_EQ(overridden.bwd, 1);
+  EXPECT_EQ(overridden.atomic_dq, 0) << "set_deterministic(true) must keep the dQ kernel";
+  EXPECT_EQ(got, want);
 }

@@ -8,12 +8,15 @@
 //   with the NUMBER of threads (OMP_NUM_THREADS): a parallel reduction splits its sum into
 //   per-thread partials (docs/reliability.md lists which results do).
 // - CUDA kernels of ember's own use no floating-point atomics where order matters (embedding,
-//   index and scatter backward, max_pool2d backward, bias gradients reduce in a fixed order).
+//   index and scatter backward, max_pool2d backward, bias gradients reduce in a fixed order),
+//   unless a program opts in: ops::set_attention_dq_atomics(true) (Note [attention dQ
+//   atomics]) trades the flash backward's dQ reproducibility for speed.
 // - RNG is counter-based (Philox) and seeded (manual_seed), so dropout masks replay.
 // - Data loading delivers batches in index order whatever the number of workers.
 // What the switch adds: code that could pick a nondeterministic implementation (today only
 // cuDNN's convolution algorithm choice in ops/cuda/conv.cu) must pick a deterministic one
-// when is_deterministic(), or throw rather than fall back. TF32 does not affect determinism
+// when is_deterministic(), or throw rather than fall back; the attention dQ atomics are then
+// ignored (the deterministic dQ kernel runs). TF32 does not affect determinism
 // (it changes precision, not run-to-run results) and is left as it is.
 #pragma once
 

@@ -48,6 +48,18 @@
 
 namespace ember::ops {
 
+// Note [attention dQ atomics]: the tensor-core backward (flash_attention.cu) is deterministic
+// by default (Note [Determinism]): dQ has its own kernel that recomputes the scores and dP of
+// every tile, 7 tile products in all. With set_attention_dq_atomics(true) the dK/dV kernel
+// also adds each tile's dS K into an f32 dQ buffer with atomics (FlashAttention-2's scheme, and
+// what PyTorch's flash backward always does), so the dQ kernel and its 2 recomputed products
+// go: dQ then differs from run to run in its last bits (the order of the f32 additions).
+// Ignored under set_deterministic(true) and by the generic kernels (f32, dropout, other head
+// sizes), which stay deterministic. Default false, or true when the environment has
+// EMBER_ATTENTION_DQ_ATOMICS=1; read at every call; one atomic flag shared by all threads.
+void set_attention_dq_atomics(bool on);
+bool attention_dq_atomics();
+
 struct AttentionExtras {
   Tensor attn_mask;        // undefined (none), bool, or floating; broadcastable to [B, H, Tq, Tk]
   double dropout_p = 0.0;  // in [0, 1)
