@@ -5,6 +5,7 @@
 //
 //   build/bin/bench_attention [--device cpu|cuda] [--dtype f32|bf16|f16] [--shapes LIST]
 //                             [--steps 20] [--warmup 3] [--threads N] [--python PY] [--no-peer]
+//                             [--dq-atomics]
 //
 // A shape is BxHxTxD for q, k, v of shape [B, H, T, D] (contiguous), with a trailing "c" for
 // causal attention, "p" for a bool key padding mask [B, 1, 1, T] (batch b keeps its first
@@ -27,6 +28,10 @@
 // peer runs twice, with and without OPENBLAS_NUM_THREADS=1 (see bench_mnist), and each of its
 // times is the faster of the two.
 //
+// --dq-atomics: ember's tensor-core backward adds dQ with f32 atomics from its dK/dV kernel
+// (ops::set_attention_dq_atomics, Note [attention dQ atomics]) instead of its deterministic dQ
+// kernel; the peer's FlashAttention backward always does. Reported as "dq_atomics" in the result.
+//
 // Ends with one `result: {json}` line: per shape the times and TFLOP/s of both sides, and
 // "ratios" {"<shape>_fwd" | "<shape>_bwd" | "<shape>_fwd_bwd": ember speed / peer speed}
 // (> 1: ember faster).
@@ -43,6 +48,7 @@
 
 #include <CLI/CLI.hpp>
 #include <ember/ember.h>
+#include <ember/ops/attention.h>
 
 #include "bench_harness.h"
 #include "../examples/common/cli_checks.h"
@@ -101,7 +107,7 @@ int main(int argc, char** argv) {
   const char* env_python = std::getenv("EMBER_PYTHON");
   std::string python = env_python && *env_python ? env_python : "/usr/bin/python3";
   int steps = 20, warmup = 3, threads = omp_get_max_threads();
-  bool no_peer = false;
+  bool no_peer = false, dq_atomics = false;
   CLI::App app{"Fused attention forward/backward: ember vs PyTorch"};
   app.add_option("--device", device_name)->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--dtype", dtype_name_arg, "f32 (CPU default), bf16 (CUDA default), f16")
@@ -112,8 +118,10 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU threads for both sides")->check(ember::examples::PositiveNumber);
   app.add_option("--python", python, "the Python whose torch is the peer");
   app.add_flag("--no-peer", no_peer);
+  app.add_flag("--dq-atomics", dq_atomics, "CUDA backward: dQ by f32 atomics (nondeterministic, as the peer)");
   CLI11_PARSE(app, argc, argv);
   omp_set_num_threads(threads);
+  ops::set_attention_dq_atomics(dq_atomics);
   const Device dev = device_name == "cuda" ? Device::cuda(0) : Device::cpu();
   if (dtype_name_arg.empty()) dtype_name_arg = dev.is_cuda() ? "bf16" : "f32";
   if (shapes.empty())
@@ -135,8 +143,8 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("attention on %s, %s, %d threads; FLOPs 4BHT^2D forward, 2.5x backward, halved when causal\n",
-              device_name.c_str(), dtype_name_arg.c_str(), threads);
+  std::printf("attention on %s, %s, %d threads%s; FLOPs 4BHT^2D forward, 2.5x backward, halved when causal\n",
+              device_name.c_str(), dtype_name_arg.c_str(), threads, dq_atomics ? ", dQ by atomics" : "");
   std::vector<Times> ember_times(cases.size()), peer_times(cases.size());
   manual_seed(0);
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -240,8 +248,9 @@ int main(int argc, char** argv) {
     ratios_json += buf;
   }
   std::printf("result: {\"bench\": \"attention\", \"device\": \"%s\", \"dtype\": \"%s\", \"threads\": %d, "
-              "\"peer\": \"torch %s\", \"peer_blas\": \"%s\", \"ratios\": {%s}, \"cases\": [%s]}\n",
-              device_name.c_str(), dtype_name_arg.c_str(), threads, peer_version.c_str(), peer_blas.c_str(),
+              "\"dq_atomics\": %s, \"peer\": \"torch %s\", \"peer_blas\": \"%s\", \"ratios\": {%s}, \"cases\": [%s]}\n",
+              device_name.c_str(), dtype_name_arg.c_str(), threads, dq_atomics ? "true" : "false",
+              peer_version.c_str(), peer_blas.c_str(),
               ratios_json.c_str(), cases_json.c_str());
   return 0;
 }

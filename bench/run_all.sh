@@ -20,11 +20,12 @@
 #   cuda (GPT-2 124M KV-cache generation, B = 1 and 8), bench_pathological, bench_allocator,
 #   bench_norm and bench_sort --device cuda (issue 40's group norm and long-row rows), and
 #   bench_gpt ... --compile (torch.compile peer), then bench_gpt ... --no-peer --profile 3
-#   (the per-op table of an eager step, by CUDA time).
+#   (the per-op table of an eager step, by CUDA time); attention-dq-atomics is bench_attention
+#   --dq-atomics (the backward's dQ by atomics, as the peer's), only when asked by --only.
 # --only ROWS (GPU mode): a comma-separated subset of those rows, by name: gpt, attention, matmul,
 #   bandwidth, mnist-mlp, mnist-mlp-graph, gpt-graph, mnist-cnn, resnet, resnet-benchmark,
 #   resnet-bf16, resnet-profile, generate, pathological, allocator, norm, sort, gpt-compile,
-#   gpt-profile (a GPU call's minutes go to the rows not yet measured on a card).
+#   gpt-profile, attention-dq-atomics (a GPU call's minutes go to the rows not yet measured on a card).
 # The Python is --python, else $EMBER_PYTHON, else the first of python3 and /usr/bin/python3
 # that imports torch (the GPU machine's own PyTorch; Debian's python3-torch on a CPU machine).
 #
@@ -88,7 +89,7 @@ run() {  # run <command...>: one benchmark run, its result line appended to runs
 if [[ $mode == gpu ]]; then
   gpt=("$bin/bench_gpt" --preset gpt2-small --device cuda --amp bf16 -B 16 -T 1024 --steps 20 --warmup 5
        --python "$python")
-  rows="gpt attention matmul bandwidth mnist-mlp mnist-mlp-graph gpt-graph mnist-cnn resnet resnet-benchmark resnet-bf16 resnet-profile generate pathological allocator norm sort gpt-compile gpt-profile"
+  rows="gpt attention matmul bandwidth mnist-mlp mnist-mlp-graph gpt-graph mnist-cnn resnet resnet-benchmark resnet-bf16 resnet-profile generate pathological allocator norm sort gpt-compile gpt-profile attention-dq-atomics"
   for r in ${only//,/ }; do
     [[ " $rows " == *" $r "* ]] || { echo "run_all: unknown --only row $r (rows: $rows)" >&2; exit 2; }
   done
@@ -97,6 +98,9 @@ if [[ $mode == gpu ]]; then
   # compiling, and a GPU call's time is short.
   want gpt && run "${gpt[@]}"
   want attention && run "$bin/bench_attention" --device cuda --python "$python"
+  if [[ ",$only," == *",attention-dq-atomics,"* ]]; then
+    run "$bin/bench_attention" --device cuda --python "$python" --dq-atomics
+  fi
   want matmul && run "$bin/bench_matmul" --python "$python"
   want bandwidth && [[ -x "$bin/bench_bandwidth" ]] && run "$bin/bench_bandwidth"
   want mnist-mlp && run "$bin/bench_mnist" --device cuda --model mlp --python "$python"
