@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -115,6 +116,29 @@ Tensor randn_on(const Shape& sizes, DType dt, Generator& gen) {
   return randn(sizes, DType::f64, &gen).to(Device::cuda(0), dt);
 }
 
+// check_against_cpu over contiguous operands of every shape in `shapes` with both dtypes,
+// both head dims (the shapes' D is ignored), causal and not (causal only where Tq <= Tk),
+// drawn from one Generator(seed) in that order; `skip(dt, c)` leaves a case out.
+template <class Skip>
+void check_contiguous_shapes(std::initializer_list<Shape4> shapes, uint64_t seed,
+                             bool expect_atomic_dq, Skip skip) {
+  Generator gen(seed);
+  for (DType dt : {DType::bf16, DType::f16})
+    for (int64_t D : {64, 128})
+      for (bool causal : {false, true})
+        for (Shape4 c : shapes) {
+          c.D = D;
+          c.causal = causal;
+          if ((causal && c.Tq > c.Tk) || skip(dt, c)) continue;
+          SCOPED_TRACE(name_of(dt, c) + (expect_atomic_dq ? " atomic dQ" : ""));
+          const Tensor q = randn_on({c.B, c.H, c.Tq, D}, dt, gen);
+          const Tensor k = randn_on({c.B, c.H, c.Tk, D}, dt, gen);
+          const Tensor v = randn_on({c.B, c.H, c.Tk, D}, dt, gen);
+          const Tensor g = randn_on({c.B, c.H, c.Tq, D}, dt, gen);
+          check_against_cpu(q, k, v, g, causal, true, expect_atomic_dq);
+        }
+}
+
 }  // namespace
 
 // Contiguous operands: both dtypes, both head dims, causal and not, sequence lengths around
@@ -122,27 +146,13 @@ Tensor randn_on(const Shape& sizes, DType dt, Generator& gen) {
 // Tk - Tq, partial tiles on both sides).
 TEST(FlashAttentionCuda, MatchesCpuContiguous) {
   EMBER_SKIP_WITHOUT_CUDA();
-  const Shape4 shapes[] = {{2, 3, 1, 1, 0, false},     {2, 3, 17, 17, 0, false},
+  check_contiguous_shapes({{2, 3, 1, 1, 0, false},     {2, 3, 17, 17, 0, false},
                            {2, 3, 64, 64, 0, false},   {1, 3, 100, 100, 0, false},
                            {1, 2, 17, 100, 0, false},  {1, 2, 1, 64, 0, false},
                            {1, 2, 100, 17, 0, false},  {1, 1, 1024, 1024, 0, false},
-                           {1, 1, 100, 1024, 0, false}};
-  Generator gen(19);
-  for (DType dt : {DType::bf16, DType::f16})
-    for (int64_t D : {64, 128})
-      for (bool causal : {false, true})
-        for (Shape4 c : shapes) {
-          c.D = D;
-          c.causal = causal;
-          if (causal && c.Tq > c.Tk) continue;
-          if (cuda::is_simulated() && c.Tk == 1024) continue;
-          SCOPED_TRACE(name_of(dt, c));
-          const Tensor q = randn_on({c.B, c.H, c.Tq, D}, dt, gen);
-          const Tensor k = randn_on({c.B, c.H, c.Tk, D}, dt, gen);
-          const Tensor v = randn_on({c.B, c.H, c.Tk, D}, dt, gen);
-          const Tensor g = randn_on({c.B, c.H, c.Tq, D}, dt, gen);
-          check_against_cpu(q, k, v, g, causal);
-        }
+                           {1, 1, 100, 1024, 0, false}},
+                          19, false,
+                          [](DType, const Shape4& c) { return cuda::is_simulated() && c.Tk == 1024; });
 }
 
 // q, k, v as interleaved strided views of one [B, T, 3, H, D] buffer (GPT's packed
@@ -320,25 +330,12 @@ TEST(FlashAttentionCuda, DeterministicBackward) {
 TEST(FlashAttentionCuda, AtomicDqMatchesCpu) {
   EMBER_SKIP_WITHOUT_CUDA();
   const DqAtomics on(true);
-  const Shape4 shapes[] = {{2, 3, 17, 17, 0, false}, {1, 3, 100, 100, 0, false},
+  check_contiguous_shapes({{2, 3, 17, 17, 0, false}, {1, 3, 100, 100, 0, false},
                            {1, 2, 17, 100, 0, false}, {1, 2, 100, 17, 0, false},
-                           {1, 2, 1, 64, 0, false},   {1, 1, 1024, 1024, 0, false}};
-  Generator gen(26);
-  for (DType dt : {DType::bf16, DType::f16})
-    for (int64_t D : {64, 128})
-      for (bool causal : {false, true})
-        for (Shape4 c : shapes) {
-          c.D = D;
-          c.causal = causal;
-          if (causal && c.Tq > c.Tk) continue;
-          if (cuda::is_simulated() && (c.Tk == 1024 || (dt == DType::f16 && c.Tq == 100))) continue;
-          SCOPED_TRACE(name_of(dt, c) + " atomic dQ");
-          const Tensor q = randn_on({c.B, c.H, c.Tq, D}, dt, gen);
-          const Tensor k = randn_on({c.B, c.H, c.Tk, D}, dt, gen);
-          const Tensor v = randn_on({c.B, c.H, c.Tk, D}, dt, gen);
-          const Tensor g = randn_on({c.B, c.H, c.Tq, D}, dt, gen);
-          check_against_cpu(q, k, v, g, causal, true, true);
-        }
+                           {1, 2, 1, 64, 0, false},   {1, 1, 1024, 1024, 0, false}},
+                          26, true, [](DType dt, const Shape4& c) {
+                            return cuda::is_simulated() && (c.Tk == 1024 || (dt == DType::f16 && c.Tq == 100));
+                          });
 }
 
 // Keys past Tk (the last key tile's padding rows) must add nothing to dQ: their K rows are
