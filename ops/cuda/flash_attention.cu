@@ -1125,12 +1125,12 @@ bool flash_attention_bwd(const Tensor& grad, const Tensor& q, const Tensor& k, c
   // Note [attention dQ atomics]: an f32 dQ the dK/dV kernel adds into, zeroed on the stream.
   const bool atomic_dq = ops::attention_dq_atomics() && !is_deterministic();
   Tensor dq_accum;
+  std::optional<ember::profiler::RecordFunction> atomic_range;  // names the path for profiles/tests
   if (atomic_dq) {
+    atomic_range.emplace("flash_attention_bwd_atomic_dq");
     dq_accum = detail::make_tensor({BH * Tq * D}, DType::f32, q.device());
     EMBER_CUDA_CHECK(cudaMemsetAsync(dq_accum.data_ptr(), 0, size_t(BH * Tq * D) * sizeof(float), on.stream));
   }
-  std::optional<ember::profiler::RecordFunction> atomic_range;  // names the path for profiles/tests
-  if (atomic_dq) atomic_range.emplace("flash_attention_bwd_atomic_dq");
   BwdParams prm{operand(q),
                 operand(k),
                 operand(v),
