@@ -199,7 +199,24 @@ Storage::Storage(size_t nbytes, Device device)
 Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
     : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {}
 
+void Storage::release_memory() {
+  EMBER_CHECK(allocator_ != nullptr, ValueError,
+              "[Storage::release_memory] only storage ember allocated can be released (this one wraps "
+              "memory owned elsewhere)");
+  if (released_) return;
+  allocator_->deallocate(data_, nbytes_);
+  data_ = nullptr;
+  released_ = true;
+}
+
+void Storage::reallocate() {
+  if (!released_) return;
+  data_ = allocator_->allocate(nbytes_);
+  released_ = false;
+}
+
 Storage::~Storage() {
+  if (released_) return;
   if (allocator_) allocator_->deallocate(data_, nbytes_);
   else if (deleter_) deleter_(data_);
 }

@@ -335,6 +335,14 @@ Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, i
 
 constinit thread_local const char* t_op_scope = nullptr;
 
+void throw_released_storage() {
+  throw ValueError(
+      "[data_ptr] this tensor's storage memory is released (Note [released storage]): it is a "
+      "parameter of a fully_shard unit outside the unit's forward and backward; read the full "
+      "parameters inside FSDPModule::summon_full_params(), or step an optimizer built over "
+      "FSDPModule::parameters() (the shards)");
+}
+
 void throw_undefined_tensor(const char* method) {
   constexpr const char* why = "(a default-constructed Tensor, or the grad() of a tensor that has none: "
                               "before backward() or after zero_grad())";

@@ -491,3 +491,31 @@ TEST(Print, TruncatesLargeTensors) {
   EXPECT_EQ(m.find("[300,"), std::string::npos) << "row 3 must be elided";
   EXPECT_LT(m.size(), 600u) << m;
 }
+
+// Note [released storage]: the memory goes, the storage (its views, its version) stays; any
+// read of a tensor on it is an error until reallocate() brings memory back.
+TEST(Storage, ReleasedMemoryIsRefusedUntilReallocated) {
+  Tensor t = zeros({4, 3});
+  Tensor row = t.narrow(0, 1, 1);
+  const uint32_t version = t.version();
+  t.storage()->release_memory();
+  EXPECT_TRUE(t.storage()->is_released());
+  EXPECT_EQ(t.storage()->nbytes(), size_t(48));
+  try {
+    (void)row.data_ptr();
+    FAIL() << "a view of released storage handed out its pointer";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("released"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)t.sum(), ValueError);
+  t.storage()->release_memory();  // idempotent
+  t.storage()->reallocate();
+  EXPECT_FALSE(t.storage()->is_released());
+  EXPECT_EQ(t.version(), version);
+  t.fill_(2.0);
+  EXPECT_EQ(row.sum().item<float>(), 6.0f);
+  // Memory owned elsewhere cannot be released.
+  float outside[2] = {1, 2};
+  auto wrapped = std::make_shared<Storage>(outside, sizeof outside, Device::cpu(), nullptr);
+  EXPECT_THROW(wrapped->release_memory(), ValueError);
+}

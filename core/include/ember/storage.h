@@ -68,7 +68,18 @@ class Storage {
   uint32_t version() const { return version_; }
   void bump_version() { ++version_; }
 
+  // Note [released storage]: release_memory() frees the allocation but keeps this Storage
+  // (its size, its version counter, every view of it); reading a tensor of it throws until
+  // reallocate() gives it fresh memory of the same size (contents undefined). fully_shard's
+  // unsharded parameters live in such storage (PyTorch's storage.resize_(0)): between uses
+  // their memory is freed while autograd's saved handles stay valid, and the next gather
+  // writes into the same tensors. Only storage this class allocated can be released.
+  void release_memory();
+  void reallocate();
+  bool is_released() const { return released_; }
+
  private:
+  bool released_ = false;
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;

@@ -43,6 +43,8 @@ namespace detail {
 // Throws ValueError "[method] called on an undefined tensor ...", or "[op] ..." naming the op the
 // user called when an OpScope is open (Note [undefined tensors]).
 [[noreturn]] void throw_undefined_tensor(const char* method);
+// Reading a tensor whose storage memory is released (Note [released storage]).
+[[noreturn]] void throw_released_storage();
 
 // Note [op scope]: ember has no dispatcher, and an op often reads its arguments (sizes() in a
 // VJP capture, dtype() for a scalar operand) before any check of its own, so the accessor that
@@ -477,6 +479,7 @@ inline int64_t Tensor::storage_offset() const { return checked_impl("storage_off
 inline const std::shared_ptr<Storage>& Tensor::storage() const { return checked_impl("storage").storage; }
 inline void* Tensor::data_ptr() const {
   const TensorImpl& impl = checked_impl("data_ptr");
+  if (impl.storage->is_released()) [[unlikely]] detail::throw_released_storage();
   return static_cast<char*>(impl.storage->data()) + impl.offset * int64_t(itemsize(impl.dtype));
 }
 inline bool Tensor::requires_grad() const {
