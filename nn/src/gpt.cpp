@@ -151,13 +151,19 @@ Tensor GPT::trunk(const Tensor& idx, KVCache* cache) const {
               config.block_size);
   Tensor pos = arange(past, past + T, 1, TensorOptions(idx.device()).dtype(DType::i64));
   Tensor x = maybe_dropout(wte(idx) + wpe(pos), config.dropout, is_training());
-  if (cache || (recompute && GradMode::is_enabled())) {  // block by block
+  // Block by block (each through its forward hooks) for the cache, recompute, and blocks
+  // with hooks (fully_shard's units: the fused loop below reads the next block's ln_1 early).
+  const bool hooked = std::any_of(blocks.begin(), blocks.end(),
+                                  [](const auto& b) { return b->has_forward_hooks(); });
+  if (cache || (recompute && GradMode::is_enabled()) || hooked) {
     for (size_t i = 0; i < blocks.size(); ++i) {
       const Block* b = blocks[i].get();
-      if (!cache) {
-        x = autograd::checkpoint([b](const TensorList& in) { return b->forward(in[0]); }, {x});
+      if (cache) {
+        x = b->call([&] { return b->forward(x, cache, i); });
+      } else if (recompute && GradMode::is_enabled()) {
+        x = autograd::checkpoint([b](const TensorList& in) { return (*b)(in[0]); }, {x});
       } else {
-        x = b->forward(x, cache, i);
+        x = (*b)(x);
       }
     }
     return ln_f(x);

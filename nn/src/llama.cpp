@@ -165,9 +165,12 @@ Tensor Llama::trunk(const Tensor& idx, KVCache* cache) const {
     const LlamaBlock* b = blocks[i].get();
     if (!cache && recompute && GradMode::is_enabled()) {
       x = autograd::checkpoint(
-          [b, cos, sin](const TensorList& in) { return b->forward(in[0], cos, sin); }, {x});
+          [b, cos, sin](const TensorList& in) {
+            return b->call([&] { return b->forward(in[0], cos, sin); });
+          },
+          {x});
     } else {
-      x = b->forward(x, cos, sin, cache, i);
+      x = b->call([&] { return b->forward(x, cos, sin, cache, i); });
     }
   }
   return norm(x);

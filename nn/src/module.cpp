@@ -16,6 +16,8 @@ Module::Module(Module&& other) noexcept
     : params_(std::move(other.params_)),
       buffers_(std::move(other.buffers_)),
       children_(std::move(other.children_)),
+      forward_pre_hooks_(std::move(other.forward_pre_hooks_)),
+      forward_hooks_(std::move(other.forward_hooks_)),
       training_(other.training_) {}
 
 void Module::check_new_name(const char* what, const std::string& name) const {
@@ -233,6 +235,16 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
     const Tensor* src = state.find(name);
     if (src != nullptr) Tensor(dst).copy_(*src);
   }
+}
+
+void Module::register_forward_pre_hook(ForwardPreHook hook) {
+  EMBER_CHECK(hook, ValueError, "[register_forward_pre_hook] empty hook on ", type_name());
+  forward_pre_hooks_.push_back(std::move(hook));
+}
+
+void Module::register_forward_hook(ForwardHook hook) {
+  EMBER_CHECK(hook, ValueError, "[register_forward_hook] empty hook on ", type_name());
+  forward_hooks_.push_back(std::move(hook));
 }
 
 Tensor Module::forward(const Tensor& x) { return static_cast<const Module&>(*this).forward(x); }

@@ -270,6 +270,42 @@ TEST(GPT, RecomputeGivesIdenticalGradients) {
   }
 }
 
+// Blocks with forward hooks (fully_shard's units) run one by one through them, without the
+// fused residual-add + layer_norm across block boundaries: the same loss and gradients.
+TEST(GPT, BlocksWithHooksRunThroughThemWithTheSameResults) {
+  for (bool recompute : {false, true}) {
+    SCOPED_TRACE(str("recompute ", recompute));
+    Generator g1(25), g2(25);
+    nn::GPT plain(small_config(0), &g1), hooked(small_config(0), &g2);
+    plain.to(DType::f64);
+    hooked.to(DType::f64);
+    hooked.recompute = recompute;
+    int pre = 0, post = 0;
+    for (auto& b : hooked.blocks) {
+      b->register_forward_pre_hook([&](const nn::Module& m) {
+        EXPECT_EQ(m.type_name(), "Block");
+        ++pre;
+      });
+      b->register_forward_hook([&](const nn::Module&, const Tensor& out) {
+        EXPECT_EQ(out.dim(), 3);
+        ++post;
+      });
+    }
+    Generator gen(26);
+    Tensor idx = randint(0, 29, {2, 12}, DType::i64, &gen), targets = randint(0, 29, {2, 12}, DType::i64, &gen);
+    Tensor a = plain.forward(idx, targets), b = hooked.forward(idx, targets);
+    EXPECT_EQ(pre, int(hooked.blocks.size()));
+    EXPECT_EQ(post, pre);
+    EXPECT_NEAR(a.item<double>(), b.item<double>(), 1e-12);
+    a.backward();
+    b.backward();
+    // recompute runs each block again in backward: its hooks run again.
+    EXPECT_EQ(pre, int(hooked.blocks.size()) * (recompute ? 2 : 1));
+    const auto pa = plain.parameters(), pb = hooked.parameters();
+    for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(pa[i].grad().allclose(pb[i].grad(), 1e-12, 1e-12)) << i;
+  }
+}
+
 TEST(GPT, Gpt2SmallParameterCountsAndOptimizerGroups) {
   nn::GPTConfig c = nn::GPTConfig::preset("gpt2-small");
   EXPECT_EQ(c.n_layer, 12);

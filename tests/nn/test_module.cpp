@@ -214,5 +214,34 @@ TEST(Module, ToDeviceWithoutCudaIsAClearError) {
   EXPECT_THROW(net.to(Device::cuda(0)), DeviceError);
 }
 
+// torch.nn.Module's forward hooks: pre-hooks before forward, hooks after it with the output,
+// in registration order, for every call through operator() or call().
+TEST(Module, ForwardHooksRunAroundEveryCall) {
+  Net net;
+  std::vector<std::string> events;
+  Tensor seen;
+  net.head.register_forward_pre_hook([&](const nn::Module& m) { events.push_back("pre " + m.type_name()); });
+  net.head.register_forward_pre_hook([&](const nn::Module&) { events.push_back("pre 2"); });
+  net.head.register_forward_hook([&](const nn::Module&, const Tensor& out) {
+    events.push_back("post");
+    seen = out;
+  });
+  EXPECT_TRUE(net.head.has_forward_hooks());
+  EXPECT_FALSE(net.block.fc.has_forward_hooks());
+  Tensor x = randn({3, 4});
+  Tensor y = net.forward(x);
+  EXPECT_EQ(events, (std::vector<std::string>{"pre Linear", "pre 2", "post"}));
+  ASSERT_TRUE(seen.defined());
+  EXPECT_TRUE(seen.allclose(net.head.forward(net.block.forward(x))));
+  // A forward of other arguments runs them through call().
+  events.clear();
+  (void)net.head.call([&] { return net.head.forward(randn({1, 4})); });
+  EXPECT_EQ(events.size(), 3u);
+  // A hook's exception leaves the call.
+  net.block.fc.register_forward_pre_hook([](const nn::Module&) { throw ValueError("refused"); });
+  EXPECT_THROW(net.forward(x), ValueError);
+  EXPECT_THROW(net.head.register_forward_hook(nullptr), ValueError);
+}
+
 }  // namespace
 }  // namespace ember::test

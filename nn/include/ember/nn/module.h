@@ -110,8 +110,32 @@ class Module {
   // ---- calling (Note [calling a module]) ----
   virtual Tensor forward(const Tensor& x);
   virtual Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) { return forward(x); }
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+
+  // ---- forward hooks (torch.nn.Module.register_forward_pre_hook / register_forward_hook) ----
+  // Pre-hooks run before the module's forward, hooks after it with its output, in
+  // registration order, whenever the module is called through operator() or call(). A
+  // forward with other arguments runs them as call([&] { return forward(x, mask); }); a
+  // model that fuses work across its layers' boundaries (GPT's trunk) calls its layers one
+  // by one, through call(), while any of them has hooks. They are what fully_shard
+  // (ember/distributed/fsdp.h) hangs its parameter gathering on. A hook that throws
+  // propagates the exception out of the call.
+  using ForwardPreHook = std::function<void(const Module&)>;
+  using ForwardHook = std::function<void(const Module&, const Tensor& output)>;
+  void register_forward_pre_hook(ForwardPreHook hook);
+  void register_forward_hook(ForwardHook hook);
+  bool has_forward_hooks() const { return !forward_pre_hooks_.empty() || !forward_hooks_.empty(); }
+  // Runs fn() (this module's forward) between the hooks.
+  template <class F>
+  Tensor call(F&& fn) const {
+    if (!has_forward_hooks()) [[likely]]
+      return fn();
+    for (const ForwardPreHook& h : forward_pre_hooks_) h(*this);
+    Tensor out = fn();
+    for (const ForwardHook& h : forward_hooks_) h(*this, out);
+    return out;
+  }
 
   // ---- printing ----
   // The layer's name in repr(): the class name by default ("Net"), "Linear" for nn::Linear.
@@ -138,6 +162,8 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<Child> children_;
+  std::vector<ForwardPreHook> forward_pre_hooks_;
+  std::vector<ForwardHook> forward_hooks_;
   bool training_ = true;
 };
 

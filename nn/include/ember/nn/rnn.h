@@ -106,7 +106,9 @@ class GRUCell : public Module {
   GRUCell(int64_t input_size, int64_t hidden_size, bool bias = true);
   // h_1; hx = h_0, zeros when undefined.
   Tensor forward(const Tensor& input, const Tensor& hx = Tensor()) const;
-  Tensor operator()(const Tensor& input, const Tensor& hx = Tensor()) const { return forward(input, hx); }
+  Tensor operator()(const Tensor& input, const Tensor& hx = Tensor()) const {
+    return call([&] { return forward(input, hx); });
+  }
   void reset_parameters();
   std::string type_name() const override { return "GRUCell"; }
   std::string extra_repr() const override;
