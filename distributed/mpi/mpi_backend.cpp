@@ -200,6 +200,11 @@ class MpiProcessGroup final : public ProcessGroup {
     EMBER_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     worker_ = std::thread([this] { run(); });
   }
+  // A subgroup: takes ownership of `comm` (from MPI_Comm_split).
+  MpiProcessGroup(int rank, int size, MPI_Comm comm) : ProcessGroup(rank, size), comm_(comm) {
+    EMBER_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    worker_ = std::thread([this] { run(); });
+  }
   ~MpiProcessGroup() override {
     {
       std::lock_guard lock(mu_);
@@ -266,6 +271,27 @@ class MpiProcessGroup final : public ProcessGroup {
   }
   void do_barrier() override {
     enqueue("barrier", [this] { EMBER_MPI_CHECK(MPI_Barrier(comm_)); })->wait();
+  }
+  // MPI_Comm_split on this group's worker (in order with its collectives). Each group's worker
+  // calls MPI on its own communicator concurrently with the others: MPI_THREAD_MULTIPLE.
+  std::shared_ptr<ProcessGroup> do_split(int color, int key, int new_rank, int new_size) override {
+    EMBER_CHECK(g_thread_level >= MPI_THREAD_MULTIPLE, distributed::DistributedError, where("split"),
+                ": subgroups need an MPI with MPI_THREAD_MULTIPLE (each group's collectives run on a "
+                "thread of their own); this one provides thread level ", g_thread_level.load());
+    MPI_Comm sub = MPI_COMM_NULL;
+    enqueue("split", [this, color, key, &sub] {
+      EMBER_MPI_CHECK(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub));
+    })->wait();
+    if (sub == MPI_COMM_NULL) return nullptr;
+    int r = -1, n = 0;
+    EMBER_MPI_CHECK(MPI_Comm_rank(sub, &r));
+    EMBER_MPI_CHECK(MPI_Comm_size(sub, &n));
+    if (r != new_rank || n != new_size) {
+      MPI_Comm_free(&sub);
+      throw DistributedError(str(where("split"), ": MPI_Comm_split made rank ", r, " of ", n,
+                                 " where the gathered colors and keys give rank ", new_rank, " of ", new_size));
+    }
+    return std::make_shared<MpiProcessGroup>(r, n, sub);
   }
 
  private:

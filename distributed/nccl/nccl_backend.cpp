@@ -476,6 +476,11 @@ class NcclProcessGroup final : public ProcessGroup {
     do_all_reduce(barrier_buffer_, ReduceOp::sum)->wait();
     stream_.synchronize();
   }
+  // ncclCommSplit is not wired yet (issue 41): subgroups of CUDA tensors are MPI-only today.
+  std::shared_ptr<ProcessGroup> do_split(int, int, int, int) override {
+    throw DistributedError(str(where("split"), ": NCCL subgroups are not supported yet (ncclCommSplit); "
+                               "split the CPU (MPI) group, or use the world group on CUDA"));
+  }
 
  private:
   // enqueue(comm, stream) makes the NCCL call and returns its result.

@@ -3,7 +3,11 @@
 #include "ember/distributed/process_group.h"
 
 #include "backends.h"
+#include "ember/factory.h"
 #include "ember/grad_mode.h"
+#include "ember/ops/elementwise.h"
+
+#include <algorithm>
 
 namespace ember::distributed {
 
@@ -39,16 +43,14 @@ WorkPtr completed_work() { return std::make_shared<CompletedWork>(); }
 // MPI/NCCL. Every rank fails the same way when the mistake is the same on every rank.
 void ProcessGroup::check_tensor(const char* op, const Tensor& t, const char* what,
                                 bool reduction) const {
-  EMBER_CHECK(t.defined(), ValueError, "[", op, "] rank ", rank_, ": the ", what, " tensor is undefined");
+  EMBER_CHECK(t.defined(), ValueError, where(op), ": the ", what, " tensor is undefined");
   const Device d = device();
-  EMBER_CHECK(t.device().type == d.type && (d.is_cpu() || t.device() == d), DeviceError, "[", op,
-              "] rank ", rank_, ": the ", backend(), " process group communicates tensors on ",
+  EMBER_CHECK(t.device().type == d.type && (d.is_cpu() || t.device() == d), DeviceError, where(op), ": the ", backend(), " process group communicates tensors on ",
               d.is_cpu() ? std::string("cpu") : d.str(), ", but the ", what, " tensor (", t,
               ") is on ", t.device(), "; use distributed::default_group(tensor.device())");
-  EMBER_CHECK(t.is_contiguous(), ValueError, "[", op, "] rank ", rank_, ": the ", what, " tensor (",
+  EMBER_CHECK(t.is_contiguous(), ValueError, where(op), ": the ", what, " tensor (",
               t, ") must be contiguous; pass t.contiguous() and copy the result back");
-  EMBER_CHECK(!reduction || reducible(t.dtype()), DTypeError, "[", op, "] rank ", rank_,
-              ": cannot reduce dtype ", t.dtype(), "; supported: f32, f64, f16, bf16, i64, i32");
+  EMBER_CHECK(!reduction || reducible(t.dtype()), DTypeError, where(op), ": cannot reduce dtype ", t.dtype(), "; supported: f32, f64, f16, bf16, i64, i32");
 }
 
 WorkPtr ProcessGroup::finish(WorkPtr work, bool async_op) {
@@ -63,7 +65,7 @@ WorkPtr ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op, bool async_o
 
 WorkPtr ProcessGroup::broadcast(const Tensor& tensor, int root, bool async_op) {
   check_tensor("broadcast", tensor, "input", false);
-  EMBER_CHECK(root >= 0 && root < size_, ValueError, "[broadcast] rank ", rank_, ": root ", root,
+  EMBER_CHECK(root >= 0 && root < size_, ValueError, where("broadcast"), ": root ", root,
               " is not a rank of this group of ", size_);
   return finish(do_broadcast(tensor, root), async_op);
 }
@@ -71,9 +73,9 @@ WorkPtr ProcessGroup::broadcast(const Tensor& tensor, int root, bool async_op) {
 WorkPtr ProcessGroup::all_gather(const Tensor& output, const Tensor& input, bool async_op) {
   check_tensor("all_gather", input, "input", false);
   check_tensor("all_gather", output, "output", false);
-  EMBER_CHECK(output.dtype() == input.dtype(), DTypeError, "[all_gather] rank ", rank_,
+  EMBER_CHECK(output.dtype() == input.dtype(), DTypeError, where("all_gather"),
               ": output dtype ", output.dtype(), " differs from input dtype ", input.dtype());
-  EMBER_CHECK(output.numel() == input.numel() * size_, ShapeError, "[all_gather] rank ", rank_,
+  EMBER_CHECK(output.numel() == input.numel() * size_, ShapeError, where("all_gather"),
               ": output ", output.sizes(), " must hold ", size_, " x ", input.numel(),
               " elements (input ", input.sizes(), ")");
   return finish(do_all_gather(output, input), async_op);
@@ -83,15 +85,55 @@ WorkPtr ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, 
                                      bool async_op) {
   check_tensor("reduce_scatter", input, "input", true);
   check_tensor("reduce_scatter", output, "output", true);
-  EMBER_CHECK(output.dtype() == input.dtype(), DTypeError, "[reduce_scatter] rank ", rank_,
+  EMBER_CHECK(output.dtype() == input.dtype(), DTypeError, where("reduce_scatter"),
               ": output dtype ", output.dtype(), " differs from input dtype ", input.dtype());
-  EMBER_CHECK(input.numel() == output.numel() * size_, ShapeError, "[reduce_scatter] rank ", rank_,
+  EMBER_CHECK(input.numel() == output.numel() * size_, ShapeError, where("reduce_scatter"),
               ": input ", input.sizes(), " must hold ", size_, " x ", output.numel(),
               " elements (output ", output.sizes(), ")");
   return finish(do_reduce_scatter(output, input, op), async_op);
 }
 
 void ProcessGroup::barrier() { do_barrier(); }
+
+ProcessGroup::ProcessGroup(int rank, int size) : rank_(rank), size_(size), global_ranks_(size_t(size)) {
+  for (int r = 0; r < size; ++r) global_ranks_[size_t(r)] = r;
+}
+
+std::string ProcessGroup::where(const char* op) const {
+  return name_ == "world" ? str("[", op, "] rank ", rank_)
+                          : str("[", op, "] rank ", rank_, " of group '", name_, "'");
+}
+
+// Every rank learns every rank's (color, key) first, so each works out its new group's
+// membership itself (and the world ranks it maps to) and the backend only makes the
+// communicator. The gather runs on this group's device (a CUDA tensor for NCCL): groups are
+// made at set-up, so its host synchronization costs nothing that matters.
+std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key, const std::string& group_name) {
+  EMBER_CHECK(color < 0 || !group_name.empty(), ValueError, where("split"),
+              ": a new group needs a name (it goes into every error message about it)");
+  Tensor mine = tensor(std::vector<int64_t>{color, key}, {2}, TensorOptions(device()).dtype(DType::i64));
+  Tensor all = empty({2 * int64_t(size_)}, TensorOptions(device()).dtype(DType::i64));
+  all_gather(all, mine);
+  const std::vector<int64_t> ck = all.cpu().to_vector<int64_t>();
+  std::vector<int> members;  // ranks of this group, in new-group order
+  if (color >= 0) {
+    for (int r = 0; r < size_; ++r)
+      if (ck[size_t(2 * r)] == color) members.push_back(r);
+    std::stable_sort(members.begin(), members.end(),
+                     [&](int a, int b) { return ck[size_t(2 * a + 1)] < ck[size_t(2 * b + 1)]; });
+  }
+  const int new_rank = int(std::find(members.begin(), members.end(), rank_) - members.begin());
+  std::shared_ptr<ProcessGroup> group = do_split(color, key, new_rank, int(members.size()));
+  if (color < 0) return nullptr;
+  EMBER_CHECK(group && group->rank() == new_rank && group->size() == int(members.size()), distributed::DistributedError,
+              where("split"), ": the backend made group '", group_name, "' with rank ",
+              group ? group->rank() : -1, " of ", group ? group->size() : 0, ", expected ", new_rank, " of ",
+              members.size());
+  group->name_ = group_name;
+  for (size_t i = 0; i < members.size(); ++i) group->global_ranks_[i] = global_ranks_[size_t(members[i])];
+  group->set_timeout(timeout());
+  return group;
+}
 
 namespace detail {
 namespace {
@@ -112,13 +154,17 @@ class LocalProcessGroup final : public ProcessGroup {
     return copy(output, input);
   }
   void do_barrier() override {}
+  std::shared_ptr<ProcessGroup> do_split(int color, int, int, int) override {
+    return color < 0 ? nullptr : std::make_shared<LocalProcessGroup>(device_);
+  }
 
  private:
+  // A raw write, as MPI's and NCCL's: no version bump (fully_shard gathers into parameters
+  // that autograd saved, Note [released storage]).
   static WorkPtr copy(const Tensor& output, const Tensor& input) {
     if (output.data_ptr() != input.data_ptr()) {
       NoGradGuard no_grad;
-      Tensor out = output.detach().view({-1});
-      out.copy_(input.detach().reshape({-1}));
+      ops::copy_(output.detach().view({-1}), input.detach().reshape({-1}));
     }
     return completed_work();
   }

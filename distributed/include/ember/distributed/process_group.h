@@ -22,11 +22,17 @@
 //   NCCL already reported, and a collective that fails or hangs later ends the job after the
 //   timeout (Note [distributed failures] in init.h).
 // - Every failing MPI/NCCL call becomes a DistributedError naming the call and the rank.
+// - Subgroups (split(), new_group() and DeviceMesh in mesh.h): a group made by split() has its
+//   own communicator (MPI_Comm_split; its own worker thread), so collectives on different
+//   groups never match each other; rank() and size() are within the group, global_ranks()
+//   maps them to the world. Errors of a subgroup's collectives name it ("[all_gather] rank 1
+//   of group 'dp'"). The default groups are named "world".
 #pragma once
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ember/error.h"
 #include "ember/tensor.h"
@@ -66,6 +72,15 @@ class ProcessGroup {
   virtual const char* backend() const = 0;
   // The device kind this group communicates (CPU for mpi/local, CUDA(i) for nccl).
   virtual Device device() const = 0;
+  // "world" for the default groups, the name given to split() otherwise.
+  const std::string& name() const { return name_; }
+  // The world rank of each rank of this group, in group-rank order.
+  const std::vector<int>& global_ranks() const { return global_ranks_; }
+  // Collective over this group: the ranks that pass the same color >= 0 form one new group,
+  // ranked by (key, rank in this group); a rank that passes a negative color takes part and
+  // gets nullptr (MPI_Comm_split / ncclCommSplit semantics). The new group has this group's
+  // timeout. Throws DistributedError where the backend cannot make subgroups.
+  std::shared_ptr<ProcessGroup> split(int color, int key, const std::string& name);
   // How long wait() waits before failing with DistributedError.
   std::chrono::milliseconds timeout() const { return timeout_; }
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
@@ -85,13 +100,20 @@ class ProcessGroup {
   void barrier();
 
  protected:
-  ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
+  ProcessGroup(int rank, int size);
   // Backends: start the collective (checks are done); return its Work.
   virtual WorkPtr do_all_reduce(const Tensor& tensor, ReduceOp op) = 0;
   virtual WorkPtr do_broadcast(const Tensor& tensor, int root) = 0;
   virtual WorkPtr do_all_gather(const Tensor& output, const Tensor& input) = 0;
   virtual WorkPtr do_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) = 0;
   virtual void do_barrier() = 0;
+  // The backend's half of split(), called on every rank of this group with the outcome the
+  // base class worked out from an all_gather of every rank's (color, key): a rank with
+  // color >= 0 becomes rank new_rank of new_size in the new group; one with a negative color
+  // takes part in the backend's collective (MPI_Comm_split's MPI_UNDEFINED) and gets nullptr.
+  virtual std::shared_ptr<ProcessGroup> do_split(int color, int key, int new_rank, int new_size) = 0;
+  // "[op] rank R" or "[op] rank R of group 'name'": the start of every error message.
+  std::string where(const char* op) const;
 
  private:
   void check_tensor(const char* op, const Tensor& t, const char* what, bool reduction) const;
@@ -99,6 +121,8 @@ class ProcessGroup {
 
   int rank_ = 0;
   int size_ = 1;
+  std::string name_ = "world";
+  std::vector<int> global_ranks_;
   std::chrono::milliseconds timeout_{std::chrono::minutes(10)};
 };
 
