@@ -29,6 +29,36 @@ namespace {
   std::_Exit(rc);
 }
 
+// Rank 1 fails inside FSDP's collectives: "fsdp-gather" hangs before the second unit's
+// all_gather (rank 0 times out in it), "fsdp-reduce" dies by SIGKILL before the first unit's
+// reduce_scatter (rank 0 waits in it until mpirun ends the job).
+int fsdp_crash(const std::string& mode) {
+  return distributed::abort_on_error([&] {
+    struct Two : nn::Module {
+      nn::Linear a{8, 16}, b{16, 4};
+      Two() {
+        register_module("a", a);
+        register_module("b", b);
+      }
+      Tensor forward(const Tensor& x) const { return b(relu(a(x))); }
+    } net;
+    if (distributed::rank() == 1) {
+      // Registered before fully_shard's own hooks, so they run first.
+      if (mode == "fsdp-gather")
+        net.b.register_forward_pre_hook([](const nn::Module&) { std::this_thread::sleep_for(std::chrono::seconds(50)); });
+      else
+        net.a.weight.register_post_accumulate_grad_hook([](const Tensor&) { std::raise(SIGKILL); });
+    }
+    distributed::fully_shard(net.a);
+    distributed::fully_shard(net.b);
+    distributed::FSDPModule fsdp = distributed::fully_shard(net);
+    Tensor x = randn({4, 8});
+    fsdp.forward([&] { return net.forward(x); }).sum().backward();
+    distributed::finalize();
+    return 0;
+  });
+}
+
 int crash_helper(const std::string& mode) {
   if (mode == "init") {  // only init() under whatever environment the caller set
     int rc = 0;
@@ -45,6 +75,7 @@ int crash_helper(const std::string& mode) {
   auto pg = distributed::default_group();
   Tensor t = ones({4});
   pg->all_reduce(t);
+  if (mode == "fsdp-gather" || mode == "fsdp-reduce") return fsdp_crash(mode);
   if (distributed::rank() == 1) {
     if (mode == "kill") std::raise(SIGKILL);
     if (mode == "throw") throw std::runtime_error("rank 1 failed on purpose");  // -> terminate

@@ -63,6 +63,23 @@ TEST_F(Failures, KilledRankEndsTheJob) {
   EXPECT_NE(r.output.find("signal 9"), std::string::npos) << r.output;  // mpirun names the cause
 }
 
+// Issue 41: a rank lost in the middle of FSDP's gathers or reductions ends the job.
+TEST_F(Failures, FsdpPeerStuckBeforeAGatherTimesOut) {
+  const JobResult r = run_job("fsdp-gather");
+  std::printf("rank 1 stuck before an FSDP all_gather: job status %d after %.1f s\n", r.status, r.seconds);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_LT(r.seconds, 60.0) << r.output;
+  EXPECT_NE(r.output.find("[all_gather] rank 0: timed out"), std::string::npos) << r.output;
+}
+
+TEST_F(Failures, FsdpPeerKilledBeforeAReduceScatterEndsTheJob) {
+  const JobResult r = run_job("fsdp-reduce");
+  std::printf("rank 1 killed before an FSDP reduce_scatter: job status %d after %.1f s\n", r.status, r.seconds);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_LT(r.seconds, 60.0) << r.output;
+  EXPECT_NE(r.output.find("signal 9"), std::string::npos) << r.output;
+}
+
 TEST_F(Failures, UncaughtExceptionAbortsAllRanks) {
   const JobResult r = run_job("throw");
   std::printf("exception on rank 1: job status %d after %.1f s\n", r.status, r.seconds);

@@ -4,6 +4,8 @@
 #pragma once
 
 #include "ember/distributed/ddp.h"
+#include "ember/distributed/fsdp.h"
 #include "ember/distributed/init.h"
+#include "ember/distributed/mesh.h"
 #include "ember/distributed/process_group.h"
 #include "ember/distributed/zero.h"
