@@ -12,6 +12,7 @@
 //                 --total-batch-tokens 524288 --steps 5000 --checkpoint runs/gpt2
 //   build/bin/gpt --preset gpt2-small --device cuda --amp bf16 --cuda-graph ...  # replayed step
 //   mpirun -np 2 build/bin/gpt --ddp ...                              # one rank per GPU/CPU
+//   mpirun -np 4 build/bin/gpt --fsdp ...                             # sharded: parameters, gradients, AdamW state / 4
 //   build/bin/gpt --arch llama                                        # llama-tiny, CPU
 //   build/bin/gpt --arch llama --preset llama-100m --device cuda --amp bf16 ...
 //   build/bin/gpt --init-from gpt2 --lr 1e-4 --steps 100 --save-pretrained gpt2-ft  # fine-tune HF's gpt2
@@ -61,7 +62,7 @@ struct Config {
   int64_t profile = 0;  // --profile N
   double lr = 1e-3, min_lr = -1, weight_decay = 0.1, grad_clip = 1.0;
   uint64_t seed = 0;
-  bool resume = false, ddp = false, recompute = false, deterministic = false, cuda_graph = false;
+  bool resume = false, ddp = false, fsdp = false, recompute = false, deterministic = false, cuda_graph = false;
   // --generate
   bool generate = false;
   std::string prompt;
@@ -154,11 +155,12 @@ int generate(const Config& cfg) {
 }
 
 int train(const Config& cfg) {
-  const int world = cfg.ddp ? distributed::world_size() : 1;
-  const int rank = cfg.ddp ? distributed::rank() : 0;
-  // --ddp: distributed owns the choice of this rank's GPU (the one its NCCL group is on).
+  const bool parallel = cfg.ddp || cfg.fsdp;
+  const int world = parallel ? distributed::world_size() : 1;
+  const int rank = parallel ? distributed::rank() : 0;
+  // --ddp/--fsdp: distributed owns the choice of this rank's GPU (the one its NCCL group is on).
   const DeviceType kind = cfg.device == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
-  const Device dev = cfg.ddp ? distributed::local_device(kind) : Device(kind, 0);
+  const Device dev = parallel ? distributed::local_device(kind) : Device(kind, 0);
   manual_seed(cfg.seed);
 
   // ---- model, shapes, optimizer ----
@@ -196,8 +198,21 @@ int train(const Config& cfg) {
                     " is in both --data and --val-data; give --data the training shards only (e.g. ",
                     "data/brown_tokens/brown_train_*.bin)");
 
-  optim::AdamW opt(model.configure_optimizer_groups<optim::AdamWOptions>(
-      cfg.weight_decay, {.lr = cfg.lr, .betas = {0.9, 0.95}, .eps = 1e-8, .capturable = cfg.cuda_graph}));
+  // --fsdp: one unit per transformer block and the root (embeddings, final norm); the
+  // optimizer steps on this rank's shards, grouped as the full parameters are.
+  std::optional<distributed::FSDPModule> fsdp;
+  if (cfg.fsdp) {
+    if (auto* gpt = dynamic_cast<nn::GPT*>(&model))
+      for (auto& b : gpt->blocks) distributed::fully_shard(*b);
+    if (auto* llama = dynamic_cast<nn::Llama*>(&model))
+      for (auto& b : llama->blocks) distributed::fully_shard(*b);
+    fsdp = distributed::fully_shard(model);
+  }
+  auto groups = model.configure_optimizer_groups<optim::AdamWOptions>(
+      cfg.weight_decay, {.lr = cfg.lr, .betas = {0.9, 0.95}, .eps = 1e-8, .capturable = cfg.cuda_graph});
+  if (fsdp)
+    for (auto& g : groups) g.params = fsdp->shards_of(g.params);
+  optim::AdamW opt(std::move(groups));
   const double min_lr = cfg.min_lr >= 0 ? cfg.min_lr : cfg.lr / 10;
   optim::WarmupCosineLR schedule(opt, std::min(cfg.warmup_steps, cfg.steps - 1), cfg.steps, min_lr);
   std::unique_ptr<distributed::DistributedDataParallel> ddp;
@@ -208,6 +223,7 @@ int train(const Config& cfg) {
   auto mean_over_ranks = [&](const Tensor& v) {
     Tensor t = v.detach().to(DType::f64).clone();
     if (ddp) ddp->process_group().all_reduce(t, distributed::ReduceOp::avg);
+    if (fsdp) fsdp->process_group().all_reduce(t, distributed::ReduceOp::avg);
     return t.item<double>();
   };
   const bool use_amp = cfg.amp != "off";
@@ -281,7 +297,8 @@ int train(const Config& cfg) {
     for (int64_t i = 0; i < cfg.eval_steps; ++i) {
       auto [x, y] = val_data->next();
       amp::autocast ac(dev, amp_dtype, use_amp);
-      sum += model.forward(x.to(dev, true), y.to(dev, true)).to(DType::f64);
+      const Tensor xd = x.to(dev, true), yd = y.to(dev, true);
+      sum += (fsdp ? fsdp->forward([&] { return model.forward(xd, yd); }) : model.forward(xd, yd)).to(DType::f64);
     }
     model.train();
     return mean_over_ranks(sum / double(cfg.eval_steps));
@@ -326,10 +343,14 @@ int train(const Config& cfg) {
       // DDP reduces the gradients only in the last micro-batch's backward.
       std::optional<distributed::DistributedDataParallel::NoSyncGuard> no_sync;
       if (ddp && micro + 1 < accum) no_sync.emplace(*ddp);
+      std::optional<distributed::FSDPModule::NoSyncGuard> fsdp_no_sync;
+      if (fsdp && micro + 1 < accum) fsdp_no_sync.emplace(*fsdp);
       Tensor loss;
       {
         amp::autocast ac(dev, amp_dtype, use_amp);
-        loss = ddp ? ddp->forward([&] { return model.forward(xd, yd); }) : model.forward(xd, yd);
+        loss = ddp    ? ddp->forward([&] { return model.forward(xd, yd); })
+               : fsdp ? fsdp->forward([&] { return model.forward(xd, yd); })
+                      : model.forward(xd, yd);
       }
       loss = loss / double(accum);  // the mean over the micro-batches, as one big batch
       scaler.scale(loss).backward();
@@ -337,7 +358,7 @@ int train(const Config& cfg) {
       loss_sum += loss.detach().to(DType::f32);
     }
     scaler.unscale_(opt);
-    grad_norm_t = optim::clip_grad_norm_(model.parameters(), cfg.grad_clip);
+    grad_norm_t = fsdp ? fsdp->clip_grad_norm_(cfg.grad_clip) : optim::clip_grad_norm_(model.parameters(), cfg.grad_clip);
     scaler.step(opt);  // skipped (fp16) when a gradient is inf/NaN
     scaler.update();
   };
@@ -408,25 +429,34 @@ int train(const Config& cfg) {
       if (metrics)
         metrics->record({double(step), loss, val, lr, grad_norm, seconds * 1e3, last_tokens_per_s, last_mfu});
     }
-    if (tokenizer && cfg.sample_every > 0 && (step % cfg.sample_every == 0 || last)) {
-      model.eval();
-      const std::string text = sample_text(model, *tokenizer, {},
-                                           {.max_new_tokens = cfg.sample_tokens, .temperature = 1.0, .top_k = 40},
-                                           cfg.seed + uint64_t(step));
-      model.train();
-      std::printf("%s--- sample at step %lld ---\n%s\n---\n", isatty(fileno(stdout)) ? "\n" : "",
-                  (long long)step, text.c_str());
+    if (cfg.sample_every > 0 && (step % cfg.sample_every == 0 || last) && (tokenizer || fsdp)) {
+      // --fsdp: every rank gathers the whole model (a collective); rank 0 samples from it.
+      std::optional<distributed::FSDPModule::FullParams> full;
+      if (fsdp) full.emplace(*fsdp, /*writeback=*/false);
+      if (tokenizer) {
+        model.eval();
+        const std::string text = sample_text(model, *tokenizer, {},
+                                             {.max_new_tokens = cfg.sample_tokens, .temperature = 1.0, .top_k = 40},
+                                             cfg.seed + uint64_t(step));
+        model.train();
+        std::printf("%s--- sample at step %lld ---\n%s\n---\n", isatty(fileno(stdout)) ? "\n" : "",
+                    (long long)step, text.c_str());
+      }
     }
     if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && !last) save(step, loss);
     if (profile.end_step()) return 0;
   }
   bar.finish();
   save(step, last_loss);
-  if (rank != 0) return 0;
   if (!cfg.save_pretrained.empty()) {
-    io::save_pretrained(dynamic_cast<const nn::GPT&>(model), cfg.save_pretrained);
-    std::printf("saved a Hugging Face GPT-2 folder: %s\n", cfg.save_pretrained.c_str());
+    std::optional<distributed::FSDPModule::FullParams> full;  // --fsdp: every rank gathers (collective)
+    if (fsdp) full.emplace(*fsdp, /*writeback=*/false);
+    if (rank == 0) {
+      io::save_pretrained(dynamic_cast<const nn::GPT&>(model), cfg.save_pretrained);
+      std::printf("saved a Hugging Face GPT-2 folder: %s\n", cfg.save_pretrained.c_str());
+    }
   }
+  if (rank != 0) return 0;
   if (metrics) metrics->write_svg("ember gpt (" + cfg.arch + " " + preset + ")");
   const double tokens_per_s = train_seconds > 0 ? double(trained_steps * total_batch) / train_seconds : 0;
   examples::ResultLine line;
@@ -483,6 +513,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));
   app.add_option("--device", cfg.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--ddp", cfg.ddp, "data parallel over the ranks of mpirun -np N");
+  app.add_flag("--fsdp", cfg.fsdp,
+               "fully sharded data parallel (ZeRO-3) over the ranks of mpirun -np N: parameters, gradients and "
+               "optimizer state divided over them, one unit per block");
   app.add_flag("--cuda-graph", cfg.cuda_graph,
                "capture the training step (all micro-batches, clipping, AdamW) in a CUDA graph after 3 eager "
                "steps and replay it (--device cuda; docs/performance.md)");
@@ -515,12 +548,17 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
   ember::set_deterministic(cfg.deterministic);
-  if (cfg.cuda_graph && (cfg.device != "cuda" || cfg.ddp || cfg.generate)) {
-    // DDP's all-reduce hooks are not capturable yet.
-    std::fprintf(stderr, "gpt: --cuda-graph needs --device cuda, and does not support --ddp or --generate\n");
+  if (cfg.cuda_graph && (cfg.device != "cuda" || cfg.ddp || cfg.fsdp || cfg.generate)) {
+    // DDP's all-reduce hooks (and FSDP's gathers) are not capturable yet.
+    std::fprintf(stderr, "gpt: --cuda-graph needs --device cuda, and does not support --ddp, --fsdp or --generate\n");
     return 2;
   }
-  if (cfg.ddp) {
+  if (cfg.fsdp && (cfg.ddp || cfg.generate || !cfg.checkpoint.empty() || cfg.resume)) {
+    std::fprintf(stderr, "gpt: --fsdp trains without --ddp, --generate, --checkpoint or --resume (sharded "
+                         "checkpoints are not built yet); --save-pretrained writes the trained weights\n");
+    return 2;
+  }
+  if (cfg.ddp || cfg.fsdp) {
     // NCCL only where the model is: a CPU run needs no communicator (nor a GPU per rank).
     distributed::init({.nccl = cfg.device == "cuda"});
     if (distributed::rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) return 1;
