@@ -57,3 +57,15 @@ StateDict StateDict::sub(std::string_view prefix) const {
 }
 
 }  // namespace ember
+
+namespace ember {
+
+void ShardedStateDict::insert(std::string key, const Tensor& piece, Shape shape, int64_t begin) {
+  EMBER_CHECK(piece.defined(), ValueError, "[ShardedStateDict] '", key, "': undefined piece");
+  EMBER_CHECK(begin >= 0 && begin + piece.numel() <= shape.numel(), ValueError, "[ShardedStateDict] '", key,
+              "': elements [", begin, ", ", begin + piece.numel(), ") do not fit a tensor of shape ", shape);
+  pieces.insert(key, piece);  // throws on a duplicate key
+  layout[key] = TensorPiece{std::move(shape), begin};
+}
+
+}  // namespace ember

@@ -604,6 +604,132 @@ void FSDPModule::load_full_state_dict(const StateDict& state_dict, bool strict) 
   }
 }
 
+namespace {
+// "state.<k>.<rest>" -> k and rest; nullopt for other keys.
+std::optional<std::pair<size_t, std::string>> optimizer_state_key(const std::string& key) {
+  if (key.rfind("state.", 0) != 0) return std::nullopt;
+  const size_t dot = key.find('.', 6);
+  if (dot == std::string::npos || dot == 6) return std::nullopt;
+  size_t k = 0;
+  for (size_t i = 6; i < dot; ++i) {
+    if (key[i] < '0' || key[i] > '9') return std::nullopt;
+    k = k * 10 + size_t(key[i] - '0');
+  }
+  return std::make_pair(k, key.substr(dot + 1));
+}
+}  // namespace
+
+// Where each piece lies: its parameter's name, shape, and its first element in it.
+struct PieceInfo {
+  std::string name;
+  Shape shape;
+  int64_t begin = 0;
+};
+
+static std::vector<std::pair<Tensor, PieceInfo>> piece_infos(const FsdpState& s, const nn::Module& root) {
+  std::unordered_map<const TensorImpl*, std::string> names;
+  for (const auto& [name, t] : root.named_parameters()) names.emplace(t.impl(), name);
+  std::vector<std::pair<Tensor, PieceInfo>> out;
+  const int64_t r = s.group->rank();
+  for (const auto& u : s.units)
+    for (size_t i = 0; i < u->params.size(); ++i)
+      if (u->pieces[i].defined())
+        out.push_back({u->pieces[i], {names.at(u->params[i].impl()), u->params[i].sizes(),
+                                      r * u->shard_numel + u->piece_start[i] - u->offsets[i]}});
+  return out;
+}
+
+ShardedStateDict FSDPModule::sharded_state_dict(const optim::Optimizer* optimizer) const {
+  const FsdpState& s = state();
+  const char* op = "[FSDPModule::sharded_state_dict]";
+  EMBER_CHECK(!s.expecting_backward && s.phase == FsdpState::Phase::idle, ValueError, op,
+              " not inside an iteration (between forward and the end of its backward)");
+  const bool rank0 = s.group->rank() == 0;
+  const auto pieces = piece_infos(s, module());
+  ShardedStateDict out;
+  for (const auto& [piece, info] : pieces) out.insert("model." + info.name, piece.detach(), info.shape, info.begin);
+  if (rank0)
+    for (const auto& [name, b] : module().named_buffers()) out.insert_whole("model." + name, b.detach());
+  if (!optimizer) return out;
+  const std::vector<Tensor> params = optimizer->parameters();
+  std::vector<const std::pair<Tensor, PieceInfo>*> of(params.size(), nullptr);
+  for (size_t k = 0; k < params.size(); ++k) {
+    for (const auto& pi : pieces)
+      if (pi.first.is_same(params[k])) of[k] = &pi;
+    EMBER_CHECK(of[k] != nullptr, ValueError, op, " rank ", s.group->rank(), ": the optimizer's parameter ", k,
+                " is not a piece of this FSDPModule; build the optimizer over fsdp.parameters() or fsdp.shards_of(...)");
+  }
+  for (const auto& [key, t] : optimizer->state_dict()) {
+    if (auto sk = optimizer_state_key(key)) {
+      const PieceInfo& info = of[sk->first]->second;
+      const std::string name = str("optim.", info.name, ".", sk->second);
+      if (t.dim() == 0) out.insert_whole(name, t);  // the step count
+      else out.insert(name, t, info.shape, info.begin);
+    } else if (rank0 && key.rfind("param_groups.", 0) == 0 && !key.ends_with(".params")) {
+      out.insert_whole("optim." + key, t);
+    }
+  }
+  return out;
+}
+
+void FSDPModule::load_sharded_state_dict(const ShardedSource& source, optim::Optimizer* optimizer) const {
+  FsdpState& s = state();
+  const char* op = "[FSDPModule::load_sharded_state_dict]";
+  EMBER_CHECK(!s.expecting_backward && s.phase == FsdpState::Phase::idle, ValueError, op,
+              " not inside an iteration (between forward and the end of its backward)");
+  auto need = [&](const std::string& key, const Shape& shape) {
+    EMBER_CHECK(source.contains(key), ValueError, op, " rank ", s.group->rank(), ": the checkpoint has no '", key, "'");
+    EMBER_CHECK(source.shape(key) == shape, ShapeError, op, " '", key, "' has shape ", source.shape(key),
+                " in the checkpoint, ", shape, " here");
+  };
+  // 1. Read everything this rank needs (nothing changes if anything is missing or misshapen).
+  NoGradGuard no_grad;
+  const auto pieces = piece_infos(s, module());
+  std::vector<std::pair<Tensor, Tensor>> copies;  // (destination, value)
+  for (const auto& [piece, info] : pieces) {
+    need("model." + info.name, info.shape);
+    copies.emplace_back(piece, source.read("model." + info.name, info.begin, piece.numel()));
+  }
+  for (const auto& [name, b] : module().named_buffers()) {
+    need("model." + name, b.sizes());
+    copies.emplace_back(b.detach(), source.read("model." + name, 0, b.numel()).view(b.sizes()));
+  }
+  StateDict opt_state;
+  if (optimizer) {
+    const std::vector<Tensor> params = optimizer->parameters();
+    const std::vector<std::string> keys = source.keys();
+    for (size_t k = 0; k < params.size(); ++k) {
+      const std::pair<Tensor, PieceInfo>* pi = nullptr;
+      for (const auto& p : pieces)
+        if (p.first.is_same(params[k])) pi = &p;
+      EMBER_CHECK(pi != nullptr, ValueError, op, " rank ", s.group->rank(), ": the optimizer's parameter ", k,
+                  " is not a piece of this FSDPModule; build the optimizer over fsdp.parameters() or fsdp.shards_of(...)");
+      const std::string prefix = "optim." + pi->second.name + ".";
+      for (auto it = std::lower_bound(keys.begin(), keys.end(), prefix); it != keys.end() && it->rfind(prefix, 0) == 0; ++it) {
+        const std::string buffer = it->substr(prefix.size());
+        if (buffer.find('.') != std::string::npos) continue;
+        const Shape shape = source.shape(*it);
+        Tensor value = shape.size() == 0 ? source.read(*it, 0, 1).view({})
+                                         : (need(*it, pi->second.shape),
+                                            source.read(*it, pi->second.begin, pi->first.numel()));
+        opt_state.insert(str("state.", k, ".", buffer), value);
+      }
+    }
+    for (const auto& [key, t] : optimizer->state_dict()) {
+      if (key.rfind("param_groups.", 0) != 0) continue;
+      if (key.ends_with(".params")) {
+        opt_state.insert(key, t);
+        continue;
+      }
+      need("optim." + key, t.sizes());
+      opt_state.insert(key, source.read("optim." + key, 0, t.numel()).view(t.sizes()));
+    }
+  }
+  // 2. Apply (the optimizer validates everything before it changes anything: first).
+  if (optimizer) optimizer->load_state_dict(opt_state);
+  for (auto& [dst, value] : copies) Tensor(dst).copy_(value.to(dst.device(), dst.dtype()));
+}
+
 FSDPMemory FSDPModule::memory() const {
   FSDPMemory m;
   const FsdpState& s = state();

@@ -2,6 +2,10 @@
 // test body holds at any world size (1 process, mpirun -np 2 and -np 4): FSDP is compared with
 // DDP over the same ranks on the same batches (DDP itself is checked against one process on the
 // whole batch in test_ddp.cpp), and subgroups with sums each rank works out from its rank.
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "dist_util.h"
 
 using namespace ember;
@@ -340,4 +344,81 @@ TEST(FSDP, AParameterWithoutGradientIsNamed) {
   } catch (const distributed::DistributedError& e) {
     EXPECT_NE(std::string(e.what()).find("h.0.attn.c_attn.weight"), std::string::npos) << e.what();
   }
+}
+
+// Note [sharded state]: a checkpoint saved by W ranks (each its own pieces of the weights and of
+// AdamW's state) resumes on W ranks bit for bit as the uninterrupted run, and on W/2 ranks and
+// on 1 (subgroups of this job, each loading the same files) within round-off, every run on the
+// same global batches.
+TEST(FSDP, ShardedCheckpointResumesAtAnyWorldSize) {
+  constexpr int kBefore = 3, kAfter = 3;
+  const int W = world();
+  auto world_group = distributed::default_group();
+  // A folder every rank agrees on: rank 0's pid.
+  Tensor id = full({1}, double(my_rank() == 0 ? getpid() : 0), DType::i64);
+  world_group->all_reduce(id, distributed::ReduceOp::max);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("ember_fsdp_ckpt_" + std::to_string(id.item<int64_t>()));
+  // Step s's rows of original rank r; a member of an n-rank group takes W / n ranks' rows.
+  auto batch = [&](int step, int member, int n) {
+    std::vector<Tensor> xs, ys;
+    for (int r = member * (W / n); r < (member + 1) * (W / n); ++r) {
+      Generator gen(9000 + uint64_t(step) * 64 + uint64_t(r));
+      xs.push_back(randint(0, 60, {2, 16}, DType::i64, &gen));
+      ys.push_back(randint(0, 60, {2, 16}, DType::i64, &gen));
+    }
+    return std::make_pair(cat(xs, 0), cat(ys, 0));
+  };
+  struct Run {
+    std::unique_ptr<nn::GPT> model;
+    std::optional<FSDPModule> fsdp;
+    std::unique_ptr<optim::AdamW> opt;
+  };
+  auto make = [&](uint64_t seed, std::shared_ptr<distributed::ProcessGroup> group) {
+    Run run;
+    Generator g(seed);
+    run.model = std::make_unique<nn::GPT>(tiny_gpt(), &g);
+    run.fsdp.emplace(shard_gpt(*run.model, {.group = group}));
+    run.opt = std::make_unique<optim::AdamW>(
+        groups_over(run.model->configure_optimizer_groups<optim::AdamWOptions>(0.1, {.lr = 1e-2}), &*run.fsdp));
+    return run;
+  };
+  auto train = [&](Run& run, int from, int to) {
+    auto& group = run.fsdp->process_group();
+    for (int s = from; s < to; ++s) {
+      auto [x, y] = batch(s, group.rank(), group.size());
+      Tensor loss = run.fsdp->forward([&] { return run.model->forward(x, y); });
+      run.opt->zero_grad();
+      loss.backward();
+      run.opt->step();
+    }
+  };
+  // The uninterrupted run, saving after kBefore steps.
+  Run a = make(17, world_group);
+  train(a, 0, kBefore);
+  const std::string saved = io::save_sharded_checkpoint(
+      dir.string(), {.state = a.fsdp->sharded_state_dict(a.opt.get()), .step = kBefore}, my_rank(), W,
+      [&] { world_group->barrier(); });
+  train(a, kBefore, kBefore + kAfter);
+  const StateDict expect = a.fsdp->full_state_dict();
+  io::ShardedCheckpointReader reader(saved);
+  EXPECT_EQ(reader.saved_world_size(), W);
+  EXPECT_EQ(reader.step(), kBefore);
+  auto resumed = [&](std::shared_ptr<distributed::ProcessGroup> group) {
+    Run b = make(99, group);  // other initial weights: the checkpoint must replace them
+    b.fsdp->load_sharded_state_dict(reader, b.opt.get());
+    train(b, kBefore, kBefore + kAfter);
+    return max_state_diff(expect, b.fsdp->full_state_dict());
+  };
+  const double same = resumed(world_group);
+  const double half = W >= 2 && W % 2 == 0 ? resumed(world_group->split(my_rank() / (W / 2), my_rank(), "half")) : 0.0;
+  const double one = resumed(world_group->split(my_rank(), 0, "self"));
+  std::printf("FSDP checkpoint saved by %d ranks, %d more steps: resumed on %d %.3g, on %d %.3g, on 1 %.3g\n", W,
+              kAfter, W, same, W / 2, half, one);
+  EXPECT_EQ(same, 0.0);
+  // Other world sizes sum the gradients in another order: last bits, through Adam.
+  EXPECT_LT(half, 1e-4);
+  EXPECT_LT(one, 1e-4);
+  world_group->barrier();
+  if (my_rank() == 0) std::filesystem::remove_all(dir);
 }

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <barrier>
+#include <thread>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -378,6 +380,62 @@ TEST(CheckpointCrash, SigkillDuringSavesNeverLosesTheLastCheckpoint) {
   RecordProperty("last_step", int(last));
   std::printf("kill test: %d rounds, %d made progress, reached step %lld, one save ~%.0f us\n", rounds,
               progressed, static_cast<long long>(last), save_us);
+}
+
+
+// Note [sharded state] on disk: two ranks (threads here, their barrier a std::barrier) write
+// their pieces of one tensor; any range reads back from the pieces that hold it, whatever the
+// split; a folder missing a rank's file is incomplete, and the plain loader says what it is.
+TEST(ShardedCheckpoint, PiecesOfTwoRanksReadBackInAnySplit) {
+  TempDir dir;
+  const Tensor whole = arange(0, 10, 1, DType::f32).reshape({2, 5});
+  const Tensor flat = whole.reshape({-1});
+  std::barrier<> sync(2);
+  std::string paths[2];
+  auto rank = [&](int r) {
+    io::ShardedCheckpoint c;
+    c.step = 7;
+    c.state.insert("w", flat.narrow(0, r == 0 ? 0 : 6, r == 0 ? 6 : 4).clone(), whole.sizes(), r == 0 ? 0 : 6);
+    c.state.insert_whole("count", scalar_tensor(3, DType::i64));  // on both ranks, equal
+    if (r == 0) {
+      c.meta = {{"arch", "gpt"}};
+      c.scheduler.set_scalar("last_epoch", 7);
+    }
+    paths[r] = io::save_sharded_checkpoint(dir.path, c, r, 2, [&] { sync.arrive_and_wait(); });
+  };
+  std::thread t1(rank, 1);
+  rank(0);
+  t1.join();
+  EXPECT_EQ(paths[0], paths[1]);
+  io::ShardedCheckpointReader reader(paths[0]);
+  EXPECT_EQ(reader.saved_world_size(), 2);
+  EXPECT_EQ(reader.step(), 7);
+  EXPECT_EQ(reader.meta().at("arch"), "gpt");
+  EXPECT_EQ(reader.scheduler().scalar("last_epoch"), 7.0);
+  EXPECT_EQ(reader.keys(), (std::vector<std::string>{"count", "w"}));
+  EXPECT_EQ(reader.shape("w"), Shape({2, 5}));
+  EXPECT_EQ(reader.read("w", 0, 10).to_vector<float>(), flat.to_vector<float>());
+  EXPECT_EQ(reader.read("w", 3, 5).to_vector<float>(), flat.narrow(0, 3, 5).to_vector<float>());  // across both files
+  EXPECT_EQ(reader.read("count", 0, 1).item<int64_t>(), 3);
+  EXPECT_THROW(reader.read("w", 8, 3), ValueError);
+  EXPECT_THROW(reader.shape("v"), ValueError);
+  auto latest = io::open_latest_sharded_checkpoint(dir.path);
+  ASSERT_TRUE(latest);
+  EXPECT_EQ(latest->path(), paths[0]);
+  // Not a plain checkpoint, and incomplete without rank 1's file.
+  try {
+    io::load_checkpoint(paths[0]);
+    FAIL() << "a sharded folder loaded as a plain checkpoint";
+  } catch (const IOError& e) {
+    EXPECT_MATCH(std::string(e.what()), has_substr("sharded"));
+  }
+  fs::remove(paths[0] + "/rank-00001-of-00002.safetensors");
+  try {
+    io::ShardedCheckpointReader broken(paths[0]);
+    FAIL() << "an incomplete sharded checkpoint opened";
+  } catch (const IOError& e) {
+    EXPECT_MATCH(std::string(e.what()), has_substr("missing rank-00001-of-00002.safetensors"));
+  }
 }
 
 }  // namespace

@@ -69,6 +69,7 @@
 
 #include "ember/distributed/process_group.h"
 #include "ember/nn/module.h"
+#include "ember/optim/optimizer.h"
 #include "ember/state_dict.h"
 
 namespace ember::distributed {
@@ -173,6 +174,21 @@ class FSDPModule {
   // Loads a full state dict (module().state_dict()'s layout, e.g. from a checkpoint of any
   // world size or of an unsharded run) into the shards; every rank passes the same values.
   void load_full_state_dict(const StateDict& state, bool strict = true) const;
+
+  // Sharded checkpoints (Note [sharded state] in ember/state_dict.h): this rank's pieces under
+  // "model.<parameter>", the module's buffers (rank 0) under "model.<buffer>", and with
+  // `optimizer` (one built over parameters()) its state per parameter piece under
+  // "optim.<parameter>.<buffer>" (exp_avg, ...; step whole) and its group options (rank 0)
+  // under "optim.param_groups.<g>.<option>". No communication: each rank returns its own.
+  //   io::save_sharded_checkpoint(dir, {.state = fsdp.sharded_state_dict(&opt), ...}, rank,
+  //                               world, [&] { fsdp.process_group().barrier(); });
+  ShardedStateDict sharded_state_dict(const optim::Optimizer* optimizer = nullptr) const;
+  // Loads what any world size saved: every rank reads the saved pieces its own pieces overlap
+  // (io::ShardedCheckpointReader), and the optimizer's state for its pieces (the optimizer must
+  // be built as the saving run's was: the same groups and options, over parameters()). The
+  // result equals the saved state exactly: a run resumed at another world size continues from
+  // the same weights and optimizer state. Validates every key and shape before changing anything.
+  void load_sharded_state_dict(const ShardedSource& source, optim::Optimizer* optimizer = nullptr) const;
 
   FSDPMemory memory() const;
   // Introspection (tests): units in creation order, as (name relative to module(), unsharded

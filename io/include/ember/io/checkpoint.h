@@ -20,7 +20,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,5 +75,79 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& dir);
 
 // "step-00000123"
 std::string checkpoint_folder_name(int64_t step);
+
+// ---- Sharded checkpoints (Note [sharded state] in ember/state_dict.h) ----
+//
+//   dir/latest
+//   dir/step-00000123/rank-00000-of-00004.safetensors   each rank's pieces; __metadata__: where
+//                    /rank-00001-of-00004.safetensors   each piece lies in its whole tensor
+//                    /...
+//                    /scheduler.safetensors             rank 0's
+//                    /meta.safetensors                  step, CPU RNG, world size, Checkpoint::meta
+//
+// The crash safety of Note [Checkpoint crash safety] holds: every rank writes its file into
+// dir/.tmp-sharded-step-N/ and fsyncs it; after a barrier rank 0 writes the rest, fsyncs the
+// folder, renames it into place, points `latest` at it and prunes; a last barrier lets no rank
+// run ahead of a save that is not in place. A crash at any instant leaves the previous
+// checkpoint loadable. Every rank must see the same `dir` (one node, or a shared file system).
+struct ShardedCheckpoint {
+  ShardedStateDict state;  // this rank's pieces (FSDPModule::sharded_state_dict(&optimizer))
+  StateDict scheduler;     // saved from rank 0
+  int64_t step = 0;
+  Generator::State rng;                      // saved from rank 0
+  std::map<std::string, std::string> meta;   // saved from rank 0
+};
+
+// Collective over the `world` ranks (this one is `rank`); `barrier` is their group's barrier,
+// e.g. [&] { distributed::default_group()->barrier(); }. Returns the checkpoint's folder.
+// keep_last as save_checkpoint.
+std::string save_sharded_checkpoint(const std::string& dir, const ShardedCheckpoint& ckpt, int rank, int world,
+                                    const std::function<void()>& barrier, int keep_last = 2);
+
+// A sharded checkpoint folder opened for reading at any world size: the headers of every
+// rank's file (no tensor data until read()), the scheduler, step, RNG and meta.
+class ShardedCheckpointReader final : public ShardedSource {
+ public:
+  // Throws IOError naming the folder when it is not a complete sharded checkpoint.
+  explicit ShardedCheckpointReader(const std::string& path);
+  bool contains(const std::string& key) const override;
+  Shape shape(const std::string& key) const override;
+  // Reads only the overlapping byte ranges of the saved pieces.
+  Tensor read(const std::string& key, int64_t begin, int64_t numel) const override;
+
+  const std::string& path() const { return path_; }
+  int saved_world_size() const { return world_; }
+  int64_t step() const { return step_; }
+  const Generator::State& rng() const { return rng_; }
+  const std::map<std::string, std::string>& meta() const { return meta_; }
+  const StateDict& scheduler() const { return scheduler_; }
+  std::vector<std::string> keys() const override;
+
+ private:
+  struct Saved {
+    size_t file;
+    DType dtype;
+    int64_t begin, numel;
+    uint64_t offset;  // of its first byte in the file
+  };
+  struct Entry {
+    Shape shape;
+    DType dtype;
+    std::vector<Saved> pieces;
+  };
+  std::string path_;
+  std::vector<std::string> files_;
+  std::map<std::string, Entry> entries_;
+  int world_ = 0;
+  int64_t step_ = 0;
+  Generator::State rng_;
+  std::map<std::string, std::string> meta_;
+  StateDict scheduler_;
+};
+
+// The sharded checkpoint `dir/latest` names, or the newest complete one; nullptr when `dir`
+// holds none (a fresh run). Skipped folders are noted as in load_latest_checkpoint.
+std::unique_ptr<ShardedCheckpointReader> open_latest_sharded_checkpoint(const std::string& dir,
+                                                                        std::vector<std::string>* notes = nullptr);
 
 }  // namespace ember::io
