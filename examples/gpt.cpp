@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -231,61 +232,92 @@ int train(const Config& cfg) {
   amp::GradScaler scaler({.enabled = cfg.amp == "fp16"});
 
   // ---- resume ----
+  // --fsdp: a sharded checkpoint (each rank its pieces; loads at any number of ranks).
   int64_t step = 0;
   if (cfg.resume) {
     EMBER_CHECK(!cfg.checkpoint.empty(), ValueError, "[gpt] --resume needs --checkpoint DIR");
-    if (auto ckpt = io::load_latest_checkpoint(cfg.checkpoint, dev)) {
+    std::optional<io::Checkpoint> ckpt;
+    std::unique_ptr<io::ShardedCheckpointReader> sharded;
+    if (fsdp) sharded = io::open_latest_sharded_checkpoint(cfg.checkpoint);
+    else ckpt = io::load_latest_checkpoint(cfg.checkpoint, dev);
+    if (ckpt || sharded) {
+      const std::map<std::string, std::string>& meta = sharded ? sharded->meta() : ckpt->meta;
       const std::vector<std::pair<std::string, std::string>> run{
                {"arch", cfg.arch}, {"preset", preset}, {"init_from", cfg.init_from},
                {"seq_len", std::to_string(T)},
-               {"total_batch_tokens", std::to_string(total_batch)}};
+               {"total_batch_tokens", std::to_string(total_batch)},
+               {"micro_batch_rows", std::to_string(B * world)}};
       for (const auto& [key, value] : run) {
-        // Checkpoints from before --arch / --init-from hold a GPT from a preset.
-        const auto it = ckpt->meta.find(key);
-        const std::string saved = it != ckpt->meta.end() ? it->second : key == "arch" ? "gpt" : "";
+        // Checkpoints from before --arch / --init-from hold a GPT from a preset; those from
+        // before micro_batch_rows do not say.
+        const auto it = meta.find(key);
+        if (it == meta.end() && key == "micro_batch_rows") continue;
+        const std::string saved = it != meta.end() ? it->second : key == "arch" ? "gpt" : "";
         EMBER_CHECK(saved == value, ValueError, "[gpt] the checkpoint in ", cfg.checkpoint, " has ", key, " ",
-                    saved, ", this run ", value);
+                    saved, ", this run ", value,
+                    key == "micro_batch_rows" ? " (--batch-size x ranks must stay the same: each step then reads "
+                                                "the same rows on any number of ranks)"
+                                              : "");
       }
-      model.load_state_dict(ckpt->model);
-      opt.load_state_dict(ckpt->optimizer);
-      schedule.load_state_dict(ckpt->scheduler);
-      if (scaler.is_enabled() && ckpt->meta.count("amp_scale")) {
+      if (sharded) {
+        fsdp->load_sharded_state_dict(*sharded, &opt);
+        schedule.load_state_dict(sharded->scheduler());
+        default_generator(Device::cpu()).set_state(sharded->rng());
+        step = sharded->step();
+      } else {
+        model.load_state_dict(ckpt->model);
+        opt.load_state_dict(ckpt->optimizer);
+        schedule.load_state_dict(ckpt->scheduler);
+        default_generator(Device::cpu()).set_state(ckpt->rng);
+        step = ckpt->step;
+      }
+      if (scaler.is_enabled() && meta.count("amp_scale")) {
         StateDict sd = scaler.state_dict();
-        sd.set_scalar("scale", std::stod(ckpt->meta["amp_scale"]));
-        sd.set_int("growth_tracker", std::stoll(ckpt->meta["amp_growth_tracker"]));
+        sd.set_scalar("scale", std::stod(meta.at("amp_scale")));
+        sd.set_int("growth_tracker", std::stoll(meta.at("amp_growth_tracker")));
         scaler.load_state_dict(sd);
       }
-      default_generator(Device::cpu()).set_state(ckpt->rng);
-      // The data position counts micro-batches, so a run may resume with other --batch-size
-      // / rank splits only at the cost of a different data order: refuse that above.
-      train_data.set_position(std::stoll(ckpt->meta.at("data_position")));
-      step = ckpt->step;
-      std::printf("resumed from %s/%s (step %lld)\n", cfg.checkpoint.c_str(),
-                  io::checkpoint_folder_name(step).c_str(), (long long)step);
+      // The data position counts micro-batches of B x ranks rows (checked above), so the
+      // batches continue as in an uninterrupted run.
+      train_data.set_position(std::stoll(meta.at("data_position")));
+      std::printf("resumed from %s/%s (step %lld)%s\n", cfg.checkpoint.c_str(),
+                  io::checkpoint_folder_name(step).c_str(), (long long)step,
+                  sharded ? str(", saved by ", sharded->saved_world_size(), " ranks").c_str() : "");
     } else {
       std::printf("no checkpoint in %s yet: starting fresh\n", cfg.checkpoint.c_str());
     }
   }
   auto save = [&](int64_t at_step, double loss) {
-    if (cfg.checkpoint.empty() || rank != 0) return;  // every rank holds the same state
+    // Every rank holds the same state under DDP (rank 0 saves); under FSDP each its pieces.
+    if (cfg.checkpoint.empty() || (rank != 0 && !fsdp)) return;
+    std::map<std::string, std::string> meta{
+        {"arch", cfg.arch},              {"preset", preset},
+        {"init_from", cfg.init_from},      {"seq_len", std::to_string(T)},
+        {"batch_size", std::to_string(B)}, {"total_batch_tokens", std::to_string(total_batch)},
+        {"micro_batch_rows", std::to_string(B * world)},
+        {"seed", std::to_string(cfg.seed)}, {"train_loss", std::to_string(loss)},
+        {"amp", cfg.amp},                   {"data_position", std::to_string(train_data.position())}};
+    if (scaler.is_enabled()) {
+      const StateDict sd = scaler.state_dict();
+      char scale[64];
+      std::snprintf(scale, sizeof scale, "%.17g", sd.scalar("scale"));
+      meta["amp_scale"] = scale;
+      meta["amp_growth_tracker"] = std::to_string(sd.integer("growth_tracker"));
+    }
+    if (fsdp) {
+      io::save_sharded_checkpoint(cfg.checkpoint,
+                                  {.state = fsdp->sharded_state_dict(&opt), .scheduler = schedule.state_dict(),
+                                   .step = at_step, .rng = default_generator(Device::cpu()).get_state(), .meta = meta},
+                                  rank, world, [&] { fsdp->process_group().barrier(); });
+      return;
+    }
     io::Checkpoint ckpt;
     ckpt.model = model.state_dict();
     ckpt.optimizer = opt.state_dict();
     ckpt.scheduler = schedule.state_dict();
     ckpt.step = at_step;
     ckpt.rng = default_generator(Device::cpu()).get_state();
-    ckpt.meta = {{"arch", cfg.arch},              {"preset", preset},
-                 {"init_from", cfg.init_from},      {"seq_len", std::to_string(T)},
-                 {"batch_size", std::to_string(B)}, {"total_batch_tokens", std::to_string(total_batch)},
-                 {"seed", std::to_string(cfg.seed)}, {"train_loss", std::to_string(loss)},
-                 {"amp", cfg.amp},                   {"data_position", std::to_string(train_data.position())}};
-    if (scaler.is_enabled()) {
-      const StateDict sd = scaler.state_dict();
-      char scale[64];
-      std::snprintf(scale, sizeof scale, "%.17g", sd.scalar("scale"));
-      ckpt.meta["amp_scale"] = scale;
-      ckpt.meta["amp_growth_tracker"] = std::to_string(sd.integer("growth_tracker"));
-    }
+    ckpt.meta = meta;
     io::save_checkpoint(cfg.checkpoint, ckpt);
   };
 
@@ -553,9 +585,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpt: --cuda-graph needs --device cuda, and does not support --ddp, --fsdp or --generate\n");
     return 2;
   }
-  if (cfg.fsdp && (cfg.ddp || cfg.generate || !cfg.checkpoint.empty() || cfg.resume)) {
-    std::fprintf(stderr, "gpt: --fsdp trains without --ddp, --generate, --checkpoint or --resume (sharded "
-                         "checkpoints are not built yet); --save-pretrained writes the trained weights\n");
+  if (cfg.fsdp && (cfg.ddp || cfg.generate)) {
+    std::fprintf(stderr, "gpt: --fsdp trains (sharding over the ranks); it does not combine with --ddp or "
+                         "--generate\n");
     return 2;
   }
   if (cfg.ddp || cfg.fsdp) {
