@@ -414,8 +414,14 @@ FSDPModule fully_shard(nn::Module& module, FSDPOptions options) {
 
   // The hooks hold the ref (so the units live as long as the module does); the ref is
   // repointed when a unit above merges this one's state.
-  module.register_forward_pre_hook([ref](const nn::Module&) { ref->state->pre_forward(*ref->unit); });
-  module.register_forward_hook([ref](const nn::Module&, const Tensor& out) { ref->state->post_forward(ref, out); });
+  module.register_forward_pre_hook([ref](const nn::Module&, const Tensor&) {
+    ref->state->pre_forward(*ref->unit);
+    return Tensor();
+  });
+  module.register_forward_hook([ref](const nn::Module&, const Tensor& out) {
+    ref->state->post_forward(ref, out);
+    return Tensor();
+  });
   std::weak_ptr<FsdpUnitRef> weak = ref;
   for (size_t i = 0; i < u->params.size(); ++i) {
     if (!u->trainable[i]) continue;

@@ -109,8 +109,10 @@ Block::Block(const GPTConfig& c) : ln_1(Shape{c.n_embd}), attn(c), ln_2(Shape{c.
 }
 
 Tensor Block::forward(const Tensor& x, KVCache* cache, size_t layer) const {
-  auto [h, normed] = add_and_norm(x, attn.forward(ln_1(x), cache, layer), ln_2);
-  return h + mlp.forward(normed);
+  // attn and mlp through their forward hooks (tensor parallelism's collectives).
+  auto [h, normed] = add_and_norm(
+      x, attn.call(ln_1(x), [&](const Tensor& in) { return attn.forward(in, cache, layer); }), ln_2);
+  return h + mlp(normed);
 }
 
 GPT::GPT(const GPTConfig& c, Generator* gen)
@@ -159,7 +161,7 @@ Tensor GPT::trunk(const Tensor& idx, KVCache* cache) const {
     for (size_t i = 0; i < blocks.size(); ++i) {
       const Block* b = blocks[i].get();
       if (cache) {
-        x = b->call([&] { return b->forward(x, cache, i); });
+        x = b->call(x, [&](const Tensor& in) { return b->forward(in, cache, i); });
       } else if (recompute && GradMode::is_enabled()) {
         x = autograd::checkpoint([b](const TensorList& in) { return (*b)(in[0]); }, {x});
       } else {
@@ -173,9 +175,8 @@ Tensor GPT::trunk(const Tensor& idx, KVCache* cache) const {
   Tensor h = blocks[0]->ln_1(x);
   for (size_t i = 0; i < blocks.size(); ++i) {
     const Block& b = *blocks[i];
-    std::tie(x, h) = add_and_norm(x, b.attn.forward(h), b.ln_2);
-    std::tie(x, h) =
-        add_and_norm(x, b.mlp.forward(h), i + 1 < blocks.size() ? blocks[i + 1]->ln_1 : ln_f);
+    std::tie(x, h) = add_and_norm(x, b.attn.call(h, [&](const Tensor& in) { return b.attn.forward(in); }), b.ln_2);
+    std::tie(x, h) = add_and_norm(x, b.mlp(h), i + 1 < blocks.size() ? blocks[i + 1]->ln_1 : ln_f);
   }
   return h;
 }

@@ -166,11 +166,11 @@ Tensor Llama::trunk(const Tensor& idx, KVCache* cache) const {
     if (!cache && recompute && GradMode::is_enabled()) {
       x = autograd::checkpoint(
           [b, cos, sin](const TensorList& in) {
-            return b->call([&] { return b->forward(in[0], cos, sin); });
+            return b->call(in[0], [&](const Tensor& x0) { return b->forward(x0, cos, sin); });
           },
           {x});
     } else {
-      x = b->call([&] { return b->forward(x, cos, sin, cache, i); });
+      x = b->call(x, [&](const Tensor& in) { return b->forward(in, cos, sin, cache, i); });
     }
   }
   return norm(x);

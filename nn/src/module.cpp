@@ -247,6 +247,17 @@ void Module::register_forward_hook(ForwardHook hook) {
   forward_hooks_.push_back(std::move(hook));
 }
 
+Tensor Module::run_forward_hooks(Tensor out) const {
+  for (const ForwardHook& h : forward_hooks_)
+    if (Tensor r = h(*this, out); r.defined()) out = std::move(r);
+  return out;
+}
+
+void Module::throw_replaced_missing_input() const {
+  throw ValueError(str("[", type_name(), "] a forward pre-hook returned an input for a call without one input ",
+                       "(call(fn)); call it as call(x, fn)"));
+}
+
 Tensor Module::forward(const Tensor& x) { return static_cast<const Module&>(*this).forward(x); }
 
 Tensor Module::forward(const Tensor&) const {

@@ -45,7 +45,10 @@ int fsdp_crash(const std::string& mode) {
     if (distributed::rank() == 1) {
       // Registered before fully_shard's own hooks, so they run first.
       if (mode == "fsdp-gather")
-        net.b.register_forward_pre_hook([](const nn::Module&) { std::this_thread::sleep_for(std::chrono::seconds(50)); });
+        net.b.register_forward_pre_hook([](const nn::Module&, const Tensor&) {
+          std::this_thread::sleep_for(std::chrono::seconds(50));
+          return Tensor();
+        });
       else
         net.a.weight.register_post_accumulate_grad_hook([](const Tensor&) { std::raise(SIGKILL); });
     }

@@ -282,13 +282,16 @@ TEST(GPT, BlocksWithHooksRunThroughThemWithTheSameResults) {
     hooked.recompute = recompute;
     int pre = 0, post = 0;
     for (auto& b : hooked.blocks) {
-      b->register_forward_pre_hook([&](const nn::Module& m) {
+      b->register_forward_pre_hook([&](const nn::Module& m, const Tensor& in) {
         EXPECT_EQ(m.type_name(), "Block");
+        EXPECT_EQ(in.dim(), 3);
         ++pre;
+        return Tensor();
       });
       b->register_forward_hook([&](const nn::Module&, const Tensor& out) {
         EXPECT_EQ(out.dim(), 3);
         ++post;
+        return Tensor();
       });
     }
     Generator gen(26);

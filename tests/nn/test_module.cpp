@@ -214,17 +214,25 @@ TEST(Module, ToDeviceWithoutCudaIsAClearError) {
   EXPECT_THROW(net.to(Device::cuda(0)), DeviceError);
 }
 
-// torch.nn.Module's forward hooks: pre-hooks before forward, hooks after it with the output,
-// in registration order, for every call through operator() or call().
-TEST(Module, ForwardHooksRunAroundEveryCall) {
+// torch.nn.Module's forward hooks: pre-hooks before forward (they may replace the input),
+// hooks after it (they may replace the output), in registration order, for every call through
+// operator() or call().
+TEST(Module, ForwardHooksRunAroundEveryCallAndMayReplaceInputAndOutput) {
   Net net;
   std::vector<std::string> events;
   Tensor seen;
-  net.head.register_forward_pre_hook([&](const nn::Module& m) { events.push_back("pre " + m.type_name()); });
-  net.head.register_forward_pre_hook([&](const nn::Module&) { events.push_back("pre 2"); });
+  net.head.register_forward_pre_hook([&](const nn::Module& m, const Tensor&) {
+    events.push_back("pre " + m.type_name());
+    return Tensor();
+  });
+  net.head.register_forward_pre_hook([&](const nn::Module&, const Tensor&) {
+    events.push_back("pre 2");
+    return Tensor();
+  });
   net.head.register_forward_hook([&](const nn::Module&, const Tensor& out) {
     events.push_back("post");
     seen = out;
+    return Tensor();
   });
   EXPECT_TRUE(net.head.has_forward_hooks());
   EXPECT_FALSE(net.block.fc.has_forward_hooks());
@@ -233,12 +241,22 @@ TEST(Module, ForwardHooksRunAroundEveryCall) {
   EXPECT_EQ(events, (std::vector<std::string>{"pre Linear", "pre 2", "post"}));
   ASSERT_TRUE(seen.defined());
   EXPECT_TRUE(seen.allclose(net.head.forward(net.block.forward(x))));
-  // A forward of other arguments runs them through call().
+  EXPECT_TRUE(y.allclose(seen * net.scale));
+  // Replacements: the input doubled before, the output negated after; gradients flow through.
+  nn::Linear lin(4, 2);
+  lin.register_forward_pre_hook([](const nn::Module&, const Tensor& in) { return in * 2.0; });
+  lin.register_forward_hook([](const nn::Module&, const Tensor& out) { return -out; });
+  Tensor z = lin(x);
+  EXPECT_TRUE(z.allclose(-lin.forward(x * 2.0)));
+  z.sum().backward();
+  EXPECT_TRUE(lin.bias.grad().allclose(full({2}, -3.0)));
+  // A call without one input: its pre-hooks may not replace what is not there.
   events.clear();
   (void)net.head.call([&] { return net.head.forward(randn({1, 4})); });
   EXPECT_EQ(events.size(), 3u);
+  EXPECT_THROW(lin.call([&] { return lin.forward(x); }), ValueError);
   // A hook's exception leaves the call.
-  net.block.fc.register_forward_pre_hook([](const nn::Module&) { throw ValueError("refused"); });
+  net.block.fc.register_forward_pre_hook([](const nn::Module&, const Tensor&) -> Tensor { throw ValueError("refused"); });
   EXPECT_THROW(net.forward(x), ValueError);
   EXPECT_THROW(net.head.register_forward_hook(nullptr), ValueError);
 }

@@ -13,7 +13,7 @@ class LeakyReLU : public Module {
  public:
   explicit LeakyReLU(double negative_slope = 0.01) : negative_slope(negative_slope) {}
   Tensor forward(const Tensor& x) const override;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "LeakyReLU"; }
   std::string extra_repr() const override;
 
@@ -24,7 +24,7 @@ class ELU : public Module {
  public:
   explicit ELU(double alpha = 1.0) : alpha(alpha) {}
   Tensor forward(const Tensor& x) const override;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "ELU"; }
   std::string extra_repr() const override;
 
@@ -36,7 +36,7 @@ class Softplus : public Module {
  public:
   explicit Softplus(double beta = 1.0, double threshold = 20.0);
   Tensor forward(const Tensor& x) const override;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "Softplus"; }
   std::string extra_repr() const override;
 
@@ -46,21 +46,21 @@ class Softplus : public Module {
 class Mish : public Module {
  public:
   Tensor forward(const Tensor& x) const override;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "Mish"; }
 };
 
 class Hardswish : public Module {
  public:
   Tensor forward(const Tensor& x) const override;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "Hardswish"; }
 };
 
 class Hardsigmoid : public Module {
  public:
   Tensor forward(const Tensor& x) const override;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "Hardsigmoid"; }
 };
 
@@ -69,7 +69,7 @@ class Softmax : public Module {
  public:
   explicit Softmax(int64_t dim) : dim(dim) {}
   Tensor forward(const Tensor& x) const override;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "Softmax"; }
   std::string extra_repr() const override;
 
@@ -80,7 +80,7 @@ class LogSoftmax : public Module {
  public:
   explicit LogSoftmax(int64_t dim) : dim(dim) {}
   Tensor forward(const Tensor& x) const override;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "LogSoftmax"; }
   std::string extra_repr() const override;
 
@@ -91,7 +91,7 @@ class LogSoftmax : public Module {
 class Identity : public Module {
  public:
   Tensor forward(const Tensor& x) const override { return x; }
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "Identity"; }
 };
 

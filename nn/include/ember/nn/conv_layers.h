@@ -23,7 +23,7 @@ class Conv1d : public Module {
  public:
   Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv1dOptions options = {});
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   void reset_parameters();
   std::string type_name() const override { return "Conv1d"; }
   std::string extra_repr() const override;
@@ -49,7 +49,7 @@ class ConvTranspose2d : public Module {
   ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size,
                   ConvTranspose2dOptions options = {});
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   void reset_parameters();
   std::string type_name() const override { return "ConvTranspose2d"; }
   std::string extra_repr() const override;

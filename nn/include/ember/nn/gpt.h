@@ -78,7 +78,7 @@ class Block : public Module {
  public:
   Block(const GPTConfig& config);
   Tensor forward(const Tensor& x, KVCache* cache = nullptr, size_t layer = 0) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "Block"; }
 
   LayerNorm ln_1;

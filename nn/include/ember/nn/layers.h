@@ -32,7 +32,7 @@ class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   void reset_parameters();
   std::string type_name() const override { return "Linear"; }
   std::string extra_repr() const override;
@@ -54,7 +54,7 @@ class Conv2d : public Module {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Conv2dOptions options = {});
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   void reset_parameters();
   std::string type_name() const override { return "Conv2d"; }
   std::string extra_repr() const override;
@@ -70,7 +70,7 @@ class MaxPool2d : public Module {
   // stride defaults to kernel_size, as in PyTorch.
   explicit MaxPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0);
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "MaxPool2d"; }
   std::string extra_repr() const override;
 
@@ -81,7 +81,7 @@ class Flatten : public Module {
  public:
   explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_dim(start_dim), end_dim(end_dim) {}
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "Flatten"; }
   std::string extra_repr() const override;
 
@@ -92,7 +92,7 @@ class Flatten : public Module {
 class ReLU : public Module {
  public:
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "ReLU"; }
 };
 
@@ -101,7 +101,7 @@ class GELU : public Module {
   // approximate: "none" (erf) or "tanh", as torch.nn.GELU.
   explicit GELU(std::string approximate = "none");
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "GELU"; }
   std::string extra_repr() const override;
 
@@ -111,21 +111,21 @@ class GELU : public Module {
 class Tanh : public Module {
  public:
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "Tanh"; }
 };
 
 class Sigmoid : public Module {
  public:
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "Sigmoid"; }
 };
 
 class SiLU : public Module {
  public:
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "SiLU"; }
 };
 
@@ -134,7 +134,7 @@ class Dropout : public Module {
  public:
   explicit Dropout(double p = 0.5);
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "Dropout"; }
   std::string extra_repr() const override;
 
@@ -147,7 +147,7 @@ class LayerNorm : public Module {
   explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
                      bool bias = true);
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   void reset_parameters();
   std::string type_name() const override { return "LayerNorm"; }
   std::string extra_repr() const override;
@@ -162,7 +162,7 @@ class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t embedding_dim);
   Tensor forward(const Tensor& indices) const;
-  Tensor operator()(const Tensor& indices) const { return call([&] { return forward(indices); }); }
+  Tensor operator()(const Tensor& indices) const { return call(indices, [&](const Tensor& in) { return forward(in); }); }
   void reset_parameters();
   std::string type_name() const override { return "Embedding"; }
   std::string extra_repr() const override;
@@ -194,7 +194,7 @@ class Sequential : public Module {
     }
   }
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   size_t size() const { return steps_.size(); }
   Module& operator[](size_t i) const;
   std::string type_name() const override { return "Sequential"; }

@@ -110,31 +110,42 @@ class Module {
   // ---- calling (Note [calling a module]) ----
   virtual Tensor forward(const Tensor& x);
   virtual Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) { return call([&] { return forward(x); }); }
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) { return call(x, [&](const Tensor& in) { return forward(in); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
 
   // ---- forward hooks (torch.nn.Module.register_forward_pre_hook / register_forward_hook) ----
-  // Pre-hooks run before the module's forward, hooks after it with its output, in
+  // Pre-hooks run before the module's forward and may replace its input (return it; an
+  // undefined Tensor keeps it), hooks run after it and may replace its output, in
   // registration order, whenever the module is called through operator() or call(). A
-  // forward with other arguments runs them as call([&] { return forward(x, mask); }); a
-  // model that fuses work across its layers' boundaries (GPT's trunk) calls its layers one
-  // by one, through call(), while any of them has hooks. They are what fully_shard
-  // (ember/distributed/fsdp.h) hangs its parameter gathering on. A hook that throws
-  // propagates the exception out of the call.
-  using ForwardPreHook = std::function<void(const Module&)>;
-  using ForwardHook = std::function<void(const Module&, const Tensor& output)>;
+  // forward with other arguments runs them as call(x, [&](const Tensor& in) { return
+  // forward(in, mask); }), or call([&] { ... }) when it has no one input (its pre-hooks see
+  // an undefined input and may not replace it). A model that fuses work across its layers'
+  // boundaries (GPT's trunk) calls its layers one by one, through call(), while any of them
+  // has hooks. fully_shard (ember/distributed/fsdp.h) hangs its parameter gathering on them,
+  // tensor parallelism (ember/distributed/tensor_parallel.h) its collectives. A hook that
+  // throws propagates the exception out of the call.
+  using ForwardPreHook = std::function<Tensor(const Module&, const Tensor& input)>;
+  using ForwardHook = std::function<Tensor(const Module&, const Tensor& output)>;
   void register_forward_pre_hook(ForwardPreHook hook);
   void register_forward_hook(ForwardHook hook);
   bool has_forward_hooks() const { return !forward_pre_hooks_.empty() || !forward_hooks_.empty(); }
-  // Runs fn() (this module's forward) between the hooks.
+  // Runs fn(input) (this module's forward) between the hooks.
+  template <class F>
+  Tensor call(const Tensor& input, F&& fn) const {
+    if (!has_forward_hooks()) [[likely]]
+      return fn(input);
+    Tensor x = input;
+    for (const ForwardPreHook& h : forward_pre_hooks_)
+      if (Tensor r = h(*this, x); r.defined()) x = std::move(r);
+    return run_forward_hooks(fn(x));
+  }
   template <class F>
   Tensor call(F&& fn) const {
     if (!has_forward_hooks()) [[likely]]
       return fn();
-    for (const ForwardPreHook& h : forward_pre_hooks_) h(*this);
-    Tensor out = fn();
-    for (const ForwardHook& h : forward_hooks_) h(*this, out);
-    return out;
+    for (const ForwardPreHook& h : forward_pre_hooks_)
+      if (h(*this, Tensor()).defined()) throw_replaced_missing_input();
+    return run_forward_hooks(fn());
   }
 
   // ---- printing ----
@@ -155,6 +166,8 @@ class Module {
   void add_member_child(std::string name, Module& member);
   void add_owned_child(std::string name, std::shared_ptr<Module> module);
   Module* child_ptr(const Child& c) const;
+  Tensor run_forward_hooks(Tensor out) const;
+  [[noreturn]] void throw_replaced_missing_input() const;
   template <class F>
   void visit_tensors(const std::string& prefix, bool recurse, bool buffers, F&& fn) const;
   void convert(const std::function<Tensor(const Tensor&)>& fn);

@@ -38,7 +38,7 @@ class BatchNormBase : public Module {
  public:
   BatchNormBase(int64_t num_features, const BatchNormOptions& options);
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   void reset_running_stats();
   void reset_parameters();
   std::string extra_repr() const override;
@@ -80,7 +80,7 @@ class GroupNorm : public Module {
  public:
   GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   void reset_parameters();
   std::string type_name() const override { return "GroupNorm"; }
   std::string extra_repr() const override;
@@ -97,7 +97,7 @@ class RMSNorm : public Module {
   explicit RMSNorm(Shape normalized_shape, std::optional<double> eps = std::nullopt,
                    bool elementwise_affine = true);
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   void reset_parameters();
   std::string type_name() const override { return "RMSNorm"; }
   std::string extra_repr() const override;

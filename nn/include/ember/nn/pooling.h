@@ -19,7 +19,7 @@ class AvgPool2d : public Module {
                      bool ceil_mode = false, bool count_include_pad = true,
                      std::optional<int64_t> divisor_override = std::nullopt);
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "AvgPool2d"; }
   std::string extra_repr() const override;
 
@@ -34,7 +34,7 @@ class AdaptiveAvgPool2d : public Module {
  public:
   explicit AdaptiveAvgPool2d(Size2 output_size);
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "AdaptiveAvgPool2d"; }
   std::string extra_repr() const override;
 
@@ -47,7 +47,7 @@ class AdaptiveMaxPool2d : public Module {
  public:
   explicit AdaptiveMaxPool2d(Size2 output_size);
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   ValuesIndices forward_with_indices(const Tensor& x) const;
   std::string type_name() const override { return "AdaptiveMaxPool2d"; }
   std::string extra_repr() const override;
@@ -75,7 +75,7 @@ class Upsample : public Module {
  public:
   explicit Upsample(UpsampleOptions options);
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return call([&] { return forward(x); }); }
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "Upsample"; }
   std::string extra_repr() const override;
 

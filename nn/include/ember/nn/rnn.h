@@ -107,7 +107,7 @@ class GRUCell : public Module {
   // h_1; hx = h_0, zeros when undefined.
   Tensor forward(const Tensor& input, const Tensor& hx = Tensor()) const;
   Tensor operator()(const Tensor& input, const Tensor& hx = Tensor()) const {
-    return call([&] { return forward(input, hx); });
+    return call(input, [&](const Tensor& in) { return forward(in, hx); });
   }
   void reset_parameters();
   std::string type_name() const override { return "GRUCell"; }

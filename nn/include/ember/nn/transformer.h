@@ -93,7 +93,7 @@ class TransformerEncoderLayer : public Module {
                  const Tensor& src_key_padding_mask = Tensor(), bool is_causal = false) const;
   Tensor operator()(const Tensor& src, const Tensor& src_mask = Tensor(),
                     const Tensor& src_key_padding_mask = Tensor(), bool is_causal = false) const {
-    return call([&] { return forward(src, src_mask, src_key_padding_mask, is_causal); });
+    return call(src, [&](const Tensor& in) { return forward(in, src_mask, src_key_padding_mask, is_causal); });
   }
   // A deep copy: the same options, parameters copied (same device and dtype), same mode.
   std::shared_ptr<TransformerEncoderLayer> clone() const;
@@ -157,7 +157,7 @@ class TransformerEncoder : public Module {
                  const Tensor& src_key_padding_mask = Tensor(), bool is_causal = false) const;
   Tensor operator()(const Tensor& src, const Tensor& mask = Tensor(),
                     const Tensor& src_key_padding_mask = Tensor(), bool is_causal = false) const {
-    return call([&] { return forward(src, mask, src_key_padding_mask, is_causal); });
+    return call(src, [&](const Tensor& in) { return forward(in, mask, src_key_padding_mask, is_causal); });
   }
   std::string type_name() const override { return "TransformerEncoder"; }
 
