@@ -63,6 +63,7 @@ struct Config {
   int64_t profile = 0;  // --profile N
   double lr = 1e-3, min_lr = -1, weight_decay = 0.1, grad_clip = 1.0;
   uint64_t seed = 0;
+  int tp = 1;  // --tp N
   bool resume = false, ddp = false, fsdp = false, recompute = false, deterministic = false, cuda_graph = false;
   // --generate
   bool generate = false;
@@ -156,12 +157,26 @@ int generate(const Config& cfg) {
 }
 
 int train(const Config& cfg) {
-  const bool parallel = cfg.ddp || cfg.fsdp;
-  const int world = parallel ? distributed::world_size() : 1;
-  const int rank = parallel ? distributed::rank() : 0;
-  // --ddp/--fsdp: distributed owns the choice of this rank's GPU (the one its NCCL group is on).
+  const bool parallel = cfg.ddp || cfg.fsdp || cfg.tp > 1;
+  const int rank = parallel ? distributed::rank() : 0;  // who prints and writes files
+  // --ddp/--fsdp/--tp: distributed owns the choice of this rank's GPU (the one its NCCL group is on).
   const DeviceType kind = cfg.device == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
   const Device dev = parallel ? distributed::local_device(kind) : Device(kind, 0);
+  // --tp N: a (ranks / N) x N mesh; the N ranks of a "tp" row hold one model split between
+  // them and read the same batches; the "dp" axis is data parallel (--ddp or --fsdp).
+  std::optional<distributed::DeviceMesh> mesh;
+  if (cfg.tp > 1) {
+    EMBER_CHECK(distributed::world_size() % cfg.tp == 0, ValueError, "[gpt] --tp ", cfg.tp,
+                " does not divide the ", distributed::world_size(), " ranks");
+    mesh.emplace(dev, std::vector<int>{distributed::world_size() / cfg.tp, cfg.tp}, std::vector<std::string>{"dp", "tp"});
+    EMBER_CHECK(mesh->size("dp") == 1 || cfg.ddp || cfg.fsdp, ValueError, "[gpt] --tp ", cfg.tp, " over ",
+                distributed::world_size(), " ranks leaves ", mesh->size("dp"),
+                " data-parallel rows: add --ddp or --fsdp to average their gradients");
+  }
+  const int world = !parallel ? 1 : mesh ? mesh->size("dp") : distributed::world_size();  // data-parallel ranks
+  const int data_rank = !parallel ? 0 : mesh ? mesh->coordinate("dp") : distributed::rank();
+  const std::shared_ptr<distributed::ProcessGroup> dp_group =
+      !parallel ? nullptr : mesh ? mesh->group("dp") : distributed::default_group(dev);
   manual_seed(cfg.seed);
 
   // ---- model, shapes, optimizer ----
@@ -183,12 +198,12 @@ int train(const Config& cfg) {
   const int64_t accum = total_batch / tokens_per_micro;
 
   data::TokenShards train_data(cfg.data, {.batch_size = B, .seq_len = T, .shuffle = true, .seed = cfg.seed,
-                                          .rank = rank, .world_size = world,
+                                          .rank = data_rank, .world_size = world,
                                           .vocab_size = model.vocab_size()});
   std::optional<data::TokenShards> val_data;
   if (cfg.eval_every > 0 && !cfg.val_data.empty())
     val_data.emplace(cfg.val_data, data::TokenShardsOptions{.batch_size = B, .seq_len = T, .shuffle = false,
-                                                            .seed = 0, .rank = rank, .world_size = world,
+                                                            .seed = 0, .rank = data_rank, .world_size = world,
                                                             .vocab_size = model.vocab_size()});
   // A folder given as --data takes every shard in it, gpt-prepare's val shards included: the
   // validation loss would then measure memorized text. Refuse any shard in both sets.
@@ -202,12 +217,14 @@ int train(const Config& cfg) {
   // --fsdp: one unit per transformer block and the root (embeddings, final norm); the
   // optimizer steps on this rank's shards, grouped as the full parameters are.
   std::optional<distributed::FSDPModule> fsdp;
+  if (mesh) distributed::tensor_parallelize(dynamic_cast<nn::GPT&>(model), mesh->group("tp"));
   if (cfg.fsdp) {
+    const distributed::FSDPOptions sharding{.group = dp_group};
     if (auto* gpt = dynamic_cast<nn::GPT*>(&model))
-      for (auto& b : gpt->blocks) distributed::fully_shard(*b);
+      for (auto& b : gpt->blocks) distributed::fully_shard(*b, sharding);
     if (auto* llama = dynamic_cast<nn::Llama*>(&model))
-      for (auto& b : llama->blocks) distributed::fully_shard(*b);
-    fsdp = distributed::fully_shard(model);
+      for (auto& b : llama->blocks) distributed::fully_shard(*b, sharding);
+    fsdp = distributed::fully_shard(model, sharding);
   }
   auto groups = model.configure_optimizer_groups<optim::AdamWOptions>(
       cfg.weight_decay, {.lr = cfg.lr, .betas = {0.9, 0.95}, .eps = 1e-8, .capturable = cfg.cuda_graph});
@@ -217,7 +234,7 @@ int train(const Config& cfg) {
   const double min_lr = cfg.min_lr >= 0 ? cfg.min_lr : cfg.lr / 10;
   optim::WarmupCosineLR schedule(opt, std::min(cfg.warmup_steps, cfg.steps - 1), cfg.steps, min_lr);
   std::unique_ptr<distributed::DistributedDataParallel> ddp;
-  if (cfg.ddp) ddp = std::make_unique<distributed::DistributedDataParallel>(model);
+  if (cfg.ddp) ddp = std::make_unique<distributed::DistributedDataParallel>(model, distributed::DDPOptions{}, dp_group);
   // The mean over the ranks of a scalar on `dev` (what rank 0 prints covers every rank). It is
   // reduced where it lives, on the group of the model's device (NCCL takes CUDA tensors only),
   // in f64 like the values read from it; item() is the one host sync.
@@ -336,7 +353,9 @@ int train(const Config& cfg) {
     return mean_over_ranks(sum / double(cfg.eval_steps));
   };
   std::optional<data::GPT2Tokenizer> tokenizer;
-  if (rank == 0 && cfg.sample_every > 0) {
+  if (rank == 0 && cfg.sample_every > 0 && mesh) {
+    std::printf("note: --tp trains without samples (generation over a split model is not built yet)\n");
+  } else if (rank == 0 && cfg.sample_every > 0) {
     tokenizer = load_tokenizer(cfg.tokenizer);
     if (!tokenizer)
       std::printf("note: no tokenizer in %s (bash scripts/fetch_data.sh gpt2): no samples\n",
@@ -390,7 +409,11 @@ int train(const Config& cfg) {
       loss_sum += loss.detach().to(DType::f32);
     }
     scaler.unscale_(opt);
-    grad_norm_t = fsdp ? fsdp->clip_grad_norm_(cfg.grad_clip) : optim::clip_grad_norm_(model.parameters(), cfg.grad_clip);
+    grad_norm_t = mesh ? distributed::clip_grad_norm_tensor_parallel(dynamic_cast<const nn::GPT&>(model),
+                                                                     mesh->group("tp"), cfg.grad_clip,
+                                                                     fsdp ? &*fsdp : nullptr)
+                  : fsdp ? fsdp->clip_grad_norm_(cfg.grad_clip)
+                         : optim::clip_grad_norm_(model.parameters(), cfg.grad_clip);
     scaler.step(opt);  // skipped (fp16) when a gradient is inf/NaN
     scaler.update();
   };
@@ -461,7 +484,7 @@ int train(const Config& cfg) {
       if (metrics)
         metrics->record({double(step), loss, val, lr, grad_norm, seconds * 1e3, last_tokens_per_s, last_mfu});
     }
-    if (cfg.sample_every > 0 && (step % cfg.sample_every == 0 || last) && (tokenizer || fsdp)) {
+    if (cfg.sample_every > 0 && (step % cfg.sample_every == 0 || last) && (tokenizer || fsdp) && !mesh) {
       // --fsdp: every rank gathers the whole model (a collective); rank 0 samples from it.
       std::optional<distributed::FSDPModule::FullParams> full;
       if (fsdp) full.emplace(*fsdp, /*writeback=*/false);
@@ -500,7 +523,8 @@ int train(const Config& cfg) {
       .text("preset", preset)
       .text("device", cfg.device)
       .text("amp", cfg.amp)
-      .num("ranks", world);
+      .num("ranks", world * cfg.tp)
+      .num("tp", cfg.tp);
   if (peak > 0) line.num("mfu", flops_token * tokens_per_s / world / peak);
   if (dev.is_cuda()) line.num("peak_memory_mib", double(cuda::max_memory_allocated(dev.index) >> 20));
   if (metrics) std::printf("metrics: %s, %s\n", metrics->csv_path().c_str(), metrics->svg_path().c_str());
@@ -545,6 +569,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));
   app.add_option("--device", cfg.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--ddp", cfg.ddp, "data parallel over the ranks of mpirun -np N");
+  app.add_option("--tp", cfg.tp,
+                 "tensor parallel: split each block's attention heads and MLP over N ranks (the other axis of "
+                 "mpirun -np: --ddp or --fsdp)")
+      ->check(CLI::Range(1, 4096));
   app.add_flag("--fsdp", cfg.fsdp,
                "fully sharded data parallel (ZeRO-3) over the ranks of mpirun -np N: parameters, gradients and "
                "optimizer state divided over them, one unit per block");
@@ -585,12 +613,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpt: --cuda-graph needs --device cuda, and does not support --ddp, --fsdp or --generate\n");
     return 2;
   }
+  if (cfg.tp > 1 && (cfg.arch != "gpt" || cfg.generate || !cfg.checkpoint.empty() || cfg.resume ||
+                     !cfg.save_pretrained.empty() || cfg.cuda_graph)) {
+    std::fprintf(stderr, "gpt: --tp splits --arch gpt for training; it does not yet combine with --generate, "
+                         "--checkpoint/--resume, --save-pretrained or --cuda-graph\n");
+    return 2;
+  }
   if (cfg.fsdp && (cfg.ddp || cfg.generate)) {
     std::fprintf(stderr, "gpt: --fsdp trains (sharding over the ranks); it does not combine with --ddp or "
                          "--generate\n");
     return 2;
   }
-  if (cfg.ddp || cfg.fsdp) {
+  if (cfg.ddp || cfg.fsdp || cfg.tp > 1) {
     // NCCL only where the model is: a CPU run needs no communicator (nor a GPU per rank).
     distributed::init({.nccl = cfg.device == "cuda"});
     if (distributed::rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) return 1;

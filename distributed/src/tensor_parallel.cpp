@@ -2,9 +2,11 @@
 // ops, the parallel layers, the vocab-parallel loss, and GPT's blocks split by heads.
 #include "ember/distributed/tensor_parallel.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "ember/autograd/function.h"
+#include "ember/distributed/fsdp.h"
 #include "ember/distributed/init.h"
 #include "ember/factory.h"
 #include "ember/functions.h"
@@ -271,6 +273,34 @@ void tensor_parallelize(nn::GPT& model, const std::shared_ptr<ProcessGroup>& gro
       });
     }
   }
+}
+
+Tensor clip_grad_norm_tensor_parallel(const nn::GPT& model, const std::shared_ptr<ProcessGroup>& group,
+                                      double max_norm, const FSDPModule* fsdp) {
+  std::vector<const TensorImpl*> split;
+  for (const auto& b : model.blocks)
+    for (const Tensor* t : {&b->attn.c_attn.weight, &b->attn.c_attn.bias, &b->attn.c_proj.weight, &b->mlp.c_fc.weight,
+                            &b->mlp.c_fc.bias, &b->mlp.c_proj.weight})
+      split.push_back(t->impl());
+  NoGradGuard no_grad;
+  const double P = double(group->size());
+  std::vector<Tensor> grads;
+  Tensor sum = zeros({1}, TensorOptions(model.wte.weight.device()).dtype(DType::f64));
+  for (const Tensor& p : model.parameters()) {
+    const Tensor holder = fsdp ? fsdp->shard_of(p) : p;
+    if (!holder.defined() || !holder.grad().defined()) continue;
+    const Tensor& g = holder.grad();
+    grads.push_back(g);
+    const bool is_split = std::find(split.begin(), split.end(), p.impl()) != split.end();
+    const Tensor sq = g.to(DType::f64).pow(2.0).sum().reshape({1});
+    sum = sum + (is_split ? sq : sq / P);
+  }
+  group->all_reduce(sum, ReduceOp::sum);
+  if (fsdp) fsdp->process_group().all_reduce(sum, ReduceOp::sum);
+  const Tensor total = sum.sqrt();
+  const Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  for (const Tensor& g : grads) Tensor(g).mul_(coef.to(g.dtype()));
+  return total.reshape({}).to(DType::f32);
 }
 
 }  // namespace ember::distributed

@@ -209,3 +209,40 @@ TEST(GptFsdp, ShardedCheckpointResumesOnFewerRanks) {
   fs::remove_all(root);
 #endif
 }
+
+// gpt --tp 2 --fsdp on 4 ranks (a 2 x 2 mesh: heads and MLP split in each row, the rows sharded
+// data parallel) trains as one process with the whole global batch: the same losses within
+// f32 round-off (the split sums and the clipped norm add in other orders).
+TEST(GptTp, TwoByTwoMeshTrainsAsOneProcess) {
+#if !defined(EMBER_MPIEXEC) || !defined(EMBER_BIN_DIR)
+  GTEST_SKIP() << "this build has no MPI";
+#else
+  if (distributed::world_size() > 1) GTEST_SKIP() << "runs mpirun itself: only in the single-process run";
+  const fs::path root = fs::temp_directory_path() / ("ember_gpt_tp_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  write_shard(root / "train.bin", 20000);
+  const std::string gpt = std::string(EMBER_BIN_DIR) + "/gpt";
+  const std::string args = " --data " + (root / "train.bin").string() +
+                           " --seq-len 16 --total-batch-tokens 128 --lr 3e-3 --warmup-steps 2 --eval-every 0"
+                           " --sample-every 0 --log-every 1 --seed 5 --steps 6";
+  auto [s1, out1] = run_command("OMP_NUM_THREADS=1 " + gpt + args + " --batch-size 8 --out " + (root / "one").string());
+  ASSERT_EQ(s1, 0) << out1;
+  auto [s2, out2] = run_command(test::without_leak_check() + "OMP_NUM_THREADS=1 " + EMBER_MPIEXEC + " -np 4 " +
+                                EMBER_MPIEXEC_FLAGS + " " + gpt + args + " --batch-size 4 --tp 2 --fsdp --out " +
+                                (root / "mesh").string());
+  ASSERT_EQ(s2, 0) << out2;
+  EXPECT_NE(out2.find("\"tp\": 2"), std::string::npos) << out2;
+  const std::vector<double> l1 = train_losses(root / "one" / "metrics.csv");
+  const std::vector<double> l2 = train_losses(root / "mesh" / "metrics.csv");
+  ASSERT_EQ(l1.size(), 6u) << out1;
+  ASSERT_EQ(l2.size(), 6u) << out2;
+  for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(l1[i], l2[i], 1e-5) << "step " << i + 1;
+  // --tp that does not divide the ranks, or leaves data-parallel rows without --ddp/--fsdp.
+  auto [s3, out3] = run_command(test::without_leak_check() + "OMP_NUM_THREADS=1 " + EMBER_MPIEXEC + " -np 4 " +
+                                EMBER_MPIEXEC_FLAGS + " " + gpt + args + " --batch-size 4 --tp 2");
+  EXPECT_NE(s3, 0);
+  EXPECT_NE(out3.find("add --ddp or --fsdp"), std::string::npos) << out3;
+  fs::remove_all(root);
+#endif
+}

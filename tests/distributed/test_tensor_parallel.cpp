@@ -114,6 +114,10 @@ TEST(TensorParallel, GptSplitByHeadsTrainsAsTheWholeModel) {
       D::tensor_parallelize(sliced, world_group());
       for (size_t i = 0; i < sp.size(); ++i)
         worst_grad = std::max(worst_grad, max_abs_diff(sp[i], mine[i].second.grad()));
+      // The global gradient norm (no clipping at this threshold).
+      const double n1 = optim::clip_grad_norm_(ref.parameters(), 1e9).item<double>();
+      const double n2 = D::clip_grad_norm_tensor_parallel(model, world_group(), 1e9).item<double>();
+      EXPECT_NEAR(n1, n2, 1e-5 * n1);
     }
     ref_opt.step();
     opt.step();
@@ -124,8 +128,8 @@ TEST(TensorParallel, GptSplitByHeadsTrainsAsTheWholeModel) {
   EXPECT_LT(worst_loss, 1e-4);
 }
 
-// FSDP over "dp" x tensor parallelism over "tp" (2 x 2 on 4 ranks): 10 AdamW steps, each dp
-// row on its own batch, equal one process training the whole model on the global batch.
+// FSDP over "dp" x tensor parallelism over "tp" (2 x 2 on 4 ranks): 10 clipped AdamW steps,
+// each dp row on its own batch, equal one process training the whole model on the global batch.
 TEST(TensorParallel, FsdpTimesTensorParallelOnATwoByTwoMesh) {
   if (world() != 4) GTEST_SKIP() << "a 2 x 2 mesh needs 4 ranks (ctest Distributed.mpi_np4)";
   D::DeviceMesh mesh(Device::cpu(), {2, 2}, {"dp", "tp"});
@@ -148,11 +152,15 @@ TEST(TensorParallel, FsdpTimesTensorParallelOnATwoByTwoMesh) {
     Tensor l1 = ref.forward(cat({x0, x1}, 0), cat({y0, y1}, 0));
     ref_opt.zero_grad();
     l1.backward();
+    const double n1 = optim::clip_grad_norm_(ref.parameters(), 0.5).item<double>();
     ref_opt.step();
     auto [x, y] = batch(s, mesh.coordinate("dp"));
     Tensor l2 = fsdp.forward([&] { return model.forward(x, y); });
     opt.zero_grad();
     l2.backward();
+    const double n2 = D::clip_grad_norm_tensor_parallel(model, mesh.group("tp"), 0.5, &fsdp).item<double>();
+    EXPECT_NEAR(n1, n2, 1e-5 * n1) << "step " << s;
+    if (s == 0) EXPECT_GT(n1, 0.5);  // the clipping acts
     opt.step();
     Tensor mean = l2.detach().reshape({1}).contiguous();
     mesh.group("dp")->all_reduce(mean, D::ReduceOp::avg);

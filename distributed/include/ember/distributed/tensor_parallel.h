@@ -114,4 +114,12 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& target,
 // before fully_shard and after moving the model to its device.
 void tensor_parallelize(nn::GPT& model, const std::shared_ptr<ProcessGroup>& group);
 
+class FSDPModule;
+// optim::clip_grad_norm_ (2-norm) of a GPT that tensor_parallelize split over `group`: the
+// squared gradients of the split parameters are summed over the group, those of the whole ones
+// counted once; under fully_shard (`fsdp` given) the gradients are its pieces', summed over its
+// group too. Returns the total norm (0-dim f32), the same on every rank. Collective.
+Tensor clip_grad_norm_tensor_parallel(const nn::GPT& model, const std::shared_ptr<ProcessGroup>& group,
+                                      double max_norm, const FSDPModule* fsdp = nullptr);
+
 }  // namespace ember::distributed
