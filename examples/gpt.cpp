@@ -217,7 +217,10 @@ int train(const Config& cfg) {
   // --fsdp: one unit per transformer block and the root (embeddings, final norm); the
   // optimizer steps on this rank's shards, grouped as the full parameters are.
   std::optional<distributed::FSDPModule> fsdp;
-  if (mesh) distributed::tensor_parallelize(dynamic_cast<nn::GPT&>(model), mesh->group("tp"));
+  if (mesh) {
+    if (auto* gpt = dynamic_cast<nn::GPT*>(&model)) distributed::tensor_parallelize(*gpt, mesh->group("tp"));
+    if (auto* llama = dynamic_cast<nn::Llama*>(&model)) distributed::tensor_parallelize(*llama, mesh->group("tp"));
+  }
   if (cfg.fsdp) {
     const distributed::FSDPOptions sharding{.group = dp_group};
     if (auto* gpt = dynamic_cast<nn::GPT*>(&model))
@@ -409,8 +412,7 @@ int train(const Config& cfg) {
       loss_sum += loss.detach().to(DType::f32);
     }
     scaler.unscale_(opt);
-    grad_norm_t = mesh ? distributed::clip_grad_norm_tensor_parallel(dynamic_cast<const nn::GPT&>(model),
-                                                                     mesh->group("tp"), cfg.grad_clip,
+    grad_norm_t = mesh ? distributed::clip_grad_norm_tensor_parallel(model, mesh->group("tp"), cfg.grad_clip,
                                                                      fsdp ? &*fsdp : nullptr)
                   : fsdp ? fsdp->clip_grad_norm_(cfg.grad_clip)
                          : optim::clip_grad_norm_(model.parameters(), cfg.grad_clip);
@@ -613,9 +615,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpt: --cuda-graph needs --device cuda, and does not support --ddp, --fsdp or --generate\n");
     return 2;
   }
-  if (cfg.tp > 1 && (cfg.arch != "gpt" || cfg.generate || !cfg.checkpoint.empty() || cfg.resume ||
-                     !cfg.save_pretrained.empty() || cfg.cuda_graph)) {
-    std::fprintf(stderr, "gpt: --tp splits --arch gpt for training; it does not yet combine with --generate, "
+  if (cfg.tp > 1 && (cfg.generate || !cfg.checkpoint.empty() || cfg.resume || !cfg.save_pretrained.empty() ||
+                     cfg.cuda_graph)) {
+    std::fprintf(stderr, "gpt: --tp splits the model for training; it does not yet combine with --generate, "
                          "--checkpoint/--resume, --save-pretrained or --cuda-graph\n");
     return 2;
   }

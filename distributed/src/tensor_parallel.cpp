@@ -275,17 +275,63 @@ void tensor_parallelize(nn::GPT& model, const std::shared_ptr<ProcessGroup>& gro
   }
 }
 
-Tensor clip_grad_norm_tensor_parallel(const nn::GPT& model, const std::shared_ptr<ProcessGroup>& group,
+void tensor_parallelize(nn::Llama& model, const std::shared_ptr<ProcessGroup>& group_in) {
+  constexpr const char* op = "tensor_parallelize";
+  std::shared_ptr<ProcessGroup> group = checked(group_in, op);
+  const int64_t P = group->size(), p = group->rank();
+  const nn::LlamaConfig& c = model.config;
+  split_size(op, "n_head", c.n_head, *group);
+  split_size(op, "n_kv_head", c.n_kv_head, *group);
+  split_size(op, "intermediate_size", c.intermediate_size, *group);
+  NoGradGuard no_grad;
+  auto rows = [&](nn::Linear& l) {
+    const int64_t n = l.out_features / P;
+    l.weight.set_data(l.weight.narrow(0, p * n, n).contiguous());
+    l.out_features = n;
+  };
+  auto cols = [&](nn::Linear& l) {
+    const int64_t n = l.in_features / P;
+    l.weight.set_data(l.weight.narrow(1, p * n, n).contiguous());
+    l.in_features = n;
+  };
+  for (auto& b : model.blocks) {
+    EMBER_CHECK(!b->self_attn.has_forward_hooks() && !b->mlp.has_forward_hooks(), ValueError, "[", op,
+                "] the blocks already have hooks (tensor_parallelize twice, or after fully_shard)");
+    rows(b->self_attn.q_proj);  // heads are head_dim-row slices, this rank's contiguous
+    rows(b->self_attn.k_proj);
+    rows(b->self_attn.v_proj);
+    cols(b->self_attn.o_proj);
+    b->self_attn.n_head = c.n_head / P;
+    b->self_attn.n_kv_head = c.n_kv_head / P;
+    rows(b->mlp.gate_proj);
+    rows(b->mlp.up_proj);
+    cols(b->mlp.down_proj);
+    for (nn::Module* m : {static_cast<nn::Module*>(&b->self_attn), static_cast<nn::Module*>(&b->mlp)}) {
+      m->register_forward_pre_hook(
+          [group](const nn::Module&, const Tensor& in) { return copy_to_tensor_parallel(in, group); });
+      m->register_forward_hook(
+          [group](const nn::Module&, const Tensor& out) { return reduce_from_tensor_parallel(out, group); });
+    }
+  }
+}
+
+Tensor clip_grad_norm_tensor_parallel(const nn::CausalLM& model, const std::shared_ptr<ProcessGroup>& group,
                                       double max_norm, const FSDPModule* fsdp) {
   std::vector<const TensorImpl*> split;
-  for (const auto& b : model.blocks)
-    for (const Tensor* t : {&b->attn.c_attn.weight, &b->attn.c_attn.bias, &b->attn.c_proj.weight, &b->mlp.c_fc.weight,
-                            &b->mlp.c_fc.bias, &b->mlp.c_proj.weight})
-      split.push_back(t->impl());
+  if (const auto* gpt = dynamic_cast<const nn::GPT*>(&model))
+    for (const auto& b : gpt->blocks)
+      for (const Tensor* t : {&b->attn.c_attn.weight, &b->attn.c_attn.bias, &b->attn.c_proj.weight,
+                              &b->mlp.c_fc.weight, &b->mlp.c_fc.bias, &b->mlp.c_proj.weight})
+        split.push_back(t->impl());
+  if (const auto* llama = dynamic_cast<const nn::Llama*>(&model))
+    for (const auto& b : llama->blocks)
+      for (const nn::Linear* l : {&b->self_attn.q_proj, &b->self_attn.k_proj, &b->self_attn.v_proj,
+                                  &b->self_attn.o_proj, &b->mlp.gate_proj, &b->mlp.up_proj, &b->mlp.down_proj})
+        split.push_back(l->weight.impl());
   NoGradGuard no_grad;
   const double P = double(group->size());
   std::vector<Tensor> grads;
-  Tensor sum = zeros({1}, TensorOptions(model.wte.weight.device()).dtype(DType::f64));
+  Tensor sum = zeros({1}, TensorOptions(model.parameters().at(0).device()).dtype(DType::f64));
   for (const Tensor& p : model.parameters()) {
     const Tensor holder = fsdp ? fsdp->shard_of(p) : p;
     if (!holder.defined() || !holder.grad().defined()) continue;

@@ -111,8 +111,10 @@ LlamaBlock::LlamaBlock(const LlamaConfig& c)
 
 Tensor LlamaBlock::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, KVCache* cache,
                            size_t layer) const {
-  Tensor h = x + self_attn.forward(input_layernorm(x), cos, sin, cache, layer);
-  return h + mlp.forward(post_attention_layernorm(h));
+  // Through the forward hooks of self_attn and mlp (tensor parallelism's collectives).
+  Tensor h = x + self_attn.call(input_layernorm(x),
+                                [&](const Tensor& in) { return self_attn.forward(in, cos, sin, cache, layer); });
+  return h + mlp(post_attention_layernorm(h));
 }
 
 Llama::Llama(const LlamaConfig& c, Generator* gen)

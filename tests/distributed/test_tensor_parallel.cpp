@@ -128,6 +128,40 @@ TEST(TensorParallel, GptSplitByHeadsTrainsAsTheWholeModel) {
   EXPECT_LT(worst_loss, 1e-4);
 }
 
+// Llama (grouped-query attention, SwiGLU, no biases) split by query and key-value heads and
+// MLP rows: the same loss and gradients as the unsharded model.
+TEST(TensorParallel, LlamaSplitByHeadsMatchesTheWholeModel) {
+  nn::LlamaConfig c = nn::LlamaConfig::preset("llama-tiny");
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = world() <= 2 ? 2 : 4;
+  c.n_embd = 32;
+  c.intermediate_size = 48;
+  c.block_size = 16;
+  c.vocab_size = 60;
+  c.padded_vocab_size = 64;
+  Generator g1(23), g2(23), g3(23);
+  nn::Llama ref(c, &g1), model(c, &g2), sliced(c, &g3);
+  D::tensor_parallelize(model, world_group());
+  Generator gen(31);
+  Tensor x = randint(0, 60, {2, 16}, DType::i64, &gen), y = randint(0, 60, {2, 16}, DType::i64, &gen);
+  Tensor l1 = ref.forward(x, y), l2 = model.forward(x, y);
+  EXPECT_NEAR(l1.item<double>(), l2.item<double>(), 1e-5);
+  l1.backward();
+  l2.backward();
+  const auto full = ref.named_parameters(), mine = model.named_parameters();
+  std::vector<Tensor> sp = sliced.parameters();
+  ASSERT_EQ(sp.size(), full.size());
+  for (size_t i = 0; i < sp.size(); ++i) sp[i].set_data(full[i].second.grad().clone());
+  D::tensor_parallelize(sliced, world_group());
+  double worst = 0;
+  for (size_t i = 0; i < sp.size(); ++i) worst = std::max(worst, max_abs_diff(sp[i], mine[i].second.grad()));
+  EXPECT_LT(worst, 1e-5);
+  const double n1 = optim::clip_grad_norm_(ref.parameters(), 1e9).item<double>();
+  const double n2 = D::clip_grad_norm_tensor_parallel(model, world_group(), 1e9).item<double>();
+  EXPECT_NEAR(n1, n2, 1e-5 * n1);
+}
+
 // FSDP over "dp" x tensor parallelism over "tp" (2 x 2 on 4 ranks): 10 clipped AdamW steps,
 // each dp row on its own batch, equal one process training the whole model on the global batch.
 TEST(TensorParallel, FsdpTimesTensorParallelOnATwoByTwoMesh) {

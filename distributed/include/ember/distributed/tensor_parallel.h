@@ -33,6 +33,7 @@
 #include "ember/distributed/process_group.h"
 #include "ember/nn/gpt.h"
 #include "ember/nn/layers.h"
+#include "ember/nn/llama.h"
 #include "ember/nn/module.h"
 
 namespace ember::distributed {
@@ -113,13 +114,17 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& target,
 // dropout 0 (a dropout mask on partial sums would differ from one on their total); call it
 // before fully_shard and after moving the model to its device.
 void tensor_parallelize(nn::GPT& model, const std::shared_ptr<ProcessGroup>& group);
+// Llama likewise: q_proj and o_proj by heads, k_proj and v_proj by key-value heads, gate_proj
+// and up_proj by rows, down_proj by columns (no biases). Requires n_head, n_kv_head and
+// intermediate_size divisible by the group size.
+void tensor_parallelize(nn::Llama& model, const std::shared_ptr<ProcessGroup>& group);
 
 class FSDPModule;
-// optim::clip_grad_norm_ (2-norm) of a GPT that tensor_parallelize split over `group`: the
+// optim::clip_grad_norm_ (2-norm) of a GPT or Llama that tensor_parallelize split over `group`: the
 // squared gradients of the split parameters are summed over the group, those of the whole ones
 // counted once; under fully_shard (`fsdp` given) the gradients are its pieces', summed over its
 // group too. Returns the total norm (0-dim f32), the same on every rank. Collective.
-Tensor clip_grad_norm_tensor_parallel(const nn::GPT& model, const std::shared_ptr<ProcessGroup>& group,
+Tensor clip_grad_norm_tensor_parallel(const nn::CausalLM& model, const std::shared_ptr<ProcessGroup>& group,
                                       double max_norm, const FSDPModule* fsdp = nullptr);
 
 }  // namespace ember::distributed
