@@ -10,6 +10,8 @@
 //   build/bin/mnist --device cuda --cuda-graph       # the step captured once, then replayed
 //   mpirun -np 2 build/bin/mnist --ddp               # data parallel: each rank takes half of
 //                                                    # every batch (README: Data-parallel)
+//   mpirun -np 2 build/bin/mnist --fsdp              # sharded (FSDP): each rank holds half of the
+//                                                    # weights and AdamW state (docs/scaling.md)
 //
 // Recipe (as the PyTorch peer bench/peers/torch_mnist.py): MLP 784-512-256-10 with ReLU; CNN =
 // conv 32 (3x3), conv 64 (3x3), max-pool 2, dropout 0.25, fc 128, dropout 0.5, fc 10. AdamW,
@@ -84,7 +86,7 @@ struct Config {
   int64_t profile = 0;  // --profile N
   double lr = 1e-3, weight_decay = 0.01;
   uint64_t seed = 0;
-  bool resume = false, deterministic = false, ddp = false, cuda_graph = false;
+  bool resume = false, deterministic = false, ddp = false, fsdp = false, cuda_graph = false;
 };
 
 struct Eval {
@@ -112,10 +114,11 @@ Eval evaluate(Classifier& model, const data::Dataset& split, Device dev) {
 int run(const Config& cfg) {
   // --ddp: one process per rank (mpirun -np N), one GPU per rank: distributed owns that choice
   // (the GPU its NCCL group is on; see Note [device choice] in ember/distributed/init.h).
-  const int world = cfg.ddp ? distributed::world_size() : 1;
-  const int rank = cfg.ddp ? distributed::rank() : 0;
+  const bool parallel = cfg.ddp || cfg.fsdp;
+  const int world = parallel ? distributed::world_size() : 1;
+  const int rank = parallel ? distributed::rank() : 0;
   const DeviceType kind = cfg.device == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
-  const Device dev = cfg.ddp ? distributed::local_device(kind) : Device(kind, 0);
+  const Device dev = parallel ? distributed::local_device(kind) : Device(kind, 0);
   manual_seed(cfg.seed);
 
   // ---- data ----
@@ -141,9 +144,19 @@ int run(const Config& cfg) {
   if (cfg.model == "cnn") model = std::make_unique<Cnn>();
   else model = std::make_unique<Mlp>();
   model->to(dev);
+  // --fsdp: one unit per layer with parameters and the root; the optimizer steps on this
+  // rank's shards (ember/distributed/fsdp.h).
+  std::optional<distributed::FSDPModule> fsdp;
+  if (cfg.fsdp) {
+    EMBER_CHECK(cfg.batch_size % world == 0, ValueError, "[mnist] --batch-size ", cfg.batch_size,
+                " must be a multiple of the number of ranks (", world, ")");
+    for (auto& [name, child] : model->named_children())
+      if (!child->parameters().empty()) distributed::fully_shard(*child);
+    fsdp = distributed::fully_shard(*model);
+  }
   // --cuda-graph: the step is captured once and replayed (cuda::GraphedStep), so AdamW keeps
   // its lr and step counts on the device (capturable) and the GradScaler skips on the device.
-  optim::AdamW opt(model->parameters(),
+  optim::AdamW opt(fsdp ? fsdp->parameters() : model->parameters(),
                    {.lr = cfg.lr, .weight_decay = cfg.weight_decay, .capturable = cfg.cuda_graph});
   // --ddp: rank 0's initial weights on every rank; backward averages the gradients over the
   // ranks, so each rank's AdamW makes the same update as one process on the global batch.
@@ -158,10 +171,19 @@ int run(const Config& cfg) {
   // rank), reduced where it lives, on the group of the model's device (NCCL takes CUDA tensors
   // only); the caller's item() is the one host sync.
   auto global_sum = [&](const Tensor& t) {
-    if (!ddp) return t;
+    if (!ddp && !fsdp) return t;
     Tensor s = t.clone();
-    ddp->process_group().all_reduce(s);
+    (ddp ? ddp->process_group() : fsdp->process_group()).all_reduce(s);
     return s;
+  };
+  // Rank 0 evaluates the whole model; under --fsdp every rank gathers it first (a collective,
+  // so `evaluated` is what every rank decides by, never rank 0's metrics).
+  bool evaluated = false;
+  auto evaluate_on_rank0 = [&](Eval& into) {
+    std::optional<distributed::FSDPModule::FullParams> full;
+    if (fsdp) full.emplace(*fsdp, /*writeback=*/false);
+    if (rank == 0) into = evaluate(*model, *test_set, dev);
+    evaluated = true;
   };
   // --amp: the forward and the loss run under autocast (GEMMs and convolutions in the low
   // precision, parameters and the optimizer stay f32). fp16 needs loss scaling (its range is
@@ -175,7 +197,9 @@ int run(const Config& cfg) {
   auto train_step = [&](const Tensor& xd, const Tensor& yd) {
     {
       amp::autocast ac(dev, amp_dtype, use_amp);
-      logits = ddp ? ddp->forward([&] { return model->forward(xd); }) : model->forward(xd);
+      logits = ddp    ? ddp->forward([&] { return model->forward(xd); })
+               : fsdp ? fsdp->forward([&] { return model->forward(xd); })
+                      : model->forward(xd);
       loss = cross_entropy(logits, yd);  // f32 under autocast
     }
     opt.zero_grad();
@@ -198,7 +222,23 @@ int run(const Config& cfg) {
   int64_t step = 0;
   if (cfg.resume) {
     EMBER_CHECK(!cfg.checkpoint.empty(), ValueError, "[mnist] --resume needs --checkpoint DIR");
-    if (auto ckpt = io::load_latest_checkpoint(cfg.checkpoint, dev)) {
+    if (fsdp) {
+      // A sharded checkpoint (every rank its pieces): any number of ranks that keeps the batch.
+      if (auto ckpt = io::open_latest_sharded_checkpoint(cfg.checkpoint)) {
+        const auto& meta = ckpt->meta();
+        EMBER_CHECK(meta.at("model") == cfg.model && meta.at("batch_size") == std::to_string(cfg.batch_size),
+                    ValueError, "[mnist] the checkpoint in ", cfg.checkpoint, " is for --model ", meta.at("model"),
+                    " --batch-size ", meta.at("batch_size"), ", not for this run's --model ", cfg.model,
+                    " --batch-size ", cfg.batch_size);
+        fsdp->load_sharded_state_dict(*ckpt, &opt);
+        default_generator(Device::cpu()).set_state(ckpt->rng());
+        step = ckpt->step();
+        std::printf("resumed from %s/%s (step %lld, saved by %d ranks)\n", cfg.checkpoint.c_str(),
+                    io::checkpoint_folder_name(step).c_str(), (long long)step, ckpt->saved_world_size());
+      } else {
+        std::printf("no checkpoint in %s yet: starting fresh\n", cfg.checkpoint.c_str());
+      }
+    } else if (auto ckpt = io::load_latest_checkpoint(cfg.checkpoint, dev)) {
       EMBER_CHECK(ckpt->meta["model"] == cfg.model && ckpt->meta["batch_size"] == std::to_string(cfg.batch_size),
                   ValueError, "[mnist] the checkpoint in ", cfg.checkpoint, " is for --model ",
                   ckpt->meta["model"], " --batch-size ", ckpt->meta["batch_size"],
@@ -223,6 +263,16 @@ int run(const Config& cfg) {
     }
   }
   auto save = [&](int64_t at_step, double train_loss) {
+    if (fsdp && !cfg.checkpoint.empty()) {  // every rank writes its pieces
+      io::save_sharded_checkpoint(cfg.checkpoint,
+                                  {.state = fsdp->sharded_state_dict(&opt), .step = at_step,
+                                   .rng = default_generator(Device::cpu()).get_state(),
+                                   .meta = {{"model", cfg.model}, {"batch_size", std::to_string(cfg.batch_size)},
+                                            {"seed", std::to_string(cfg.seed)},
+                                            {"train_loss", std::to_string(train_loss)}, {"amp", cfg.amp}}},
+                                  rank, world, [&] { fsdp->process_group().barrier(); });
+      return;
+    }
     if (cfg.checkpoint.empty() || rank != 0) return;  // --ddp: every rank holds the same state
     io::Checkpoint ckpt;
     ckpt.model = model->state_dict();
@@ -322,7 +372,7 @@ int run(const Config& cfg) {
         const double mean_loss = global_sum(loss_sum).item<double>() / double(seen * world);
         const double acc = double(global_sum(correct).item<int64_t>()) / double(seen * world);
         last_loss = loss.item<double>();
-        if (!std::isfinite(ddp ? mean_loss : last_loss)) {  // --ddp: every rank decides alike
+        if (!std::isfinite(parallel ? mean_loss : last_loss)) {  // --ddp/--fsdp: every rank decides alike
           bar.finish();
           std::fprintf(stderr, "mnist: the loss became %g at step %lld; stopping without saving a "
                                "checkpoint (try a lower --lr)\n", last_loss, (long long)step);
@@ -342,7 +392,7 @@ int run(const Config& cfg) {
     const double epoch_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_epoch).count();
     train_seconds += epoch_seconds;
     trained_samples += seen * world;
-    if (rank == 0) test = evaluate(*model, *test_set, dev);
+    evaluate_on_rank0(test);
     const double train_loss = global_sum(loss_sum).item<double>() / double(std::max<int64_t>(seen * world, 1));
     const double train_acc = double(global_sum(correct).item<int64_t>()) / double(std::max<int64_t>(seen * world, 1));
     const double rate = double(seen * world) / epoch_seconds;
@@ -353,8 +403,8 @@ int run(const Config& cfg) {
     if (metrics) metrics->write_svg("ember mnist (" + cfg.model + ")");
     save(step, train_loss);
   }
-  if (rank != 0) return 0;  // --ddp: only rank 0 evaluates and reports
-  if (std::isnan(test.accuracy)) test = evaluate(*model, *test_set, dev);  // resumed at the end
+  if (!evaluated) evaluate_on_rank0(test);  // resumed at the end
+  if (rank != 0) return 0;  // --ddp/--fsdp: only rank 0 evaluates and reports
 
   const double samples_per_s = train_seconds > 0 ? double(trained_samples) / train_seconds : 0.0;
   std::printf("test accuracy %.2f%% | metrics: %s, %s\n", 100 * test.accuracy,
@@ -414,13 +464,20 @@ int main(int argc, char** argv) {
   app.add_flag("--ddp", cfg.ddp,
                "data parallel over the ranks of mpirun -np N: each rank trains on 1/N of every batch, "
                "rank 0 prints and saves");
+  app.add_flag("--fsdp", cfg.fsdp,
+               "fully sharded data parallel (ZeRO-3) over the ranks of mpirun -np N: parameters, gradients and "
+               "AdamW state divided over them; checkpoints sharded");
   CLI11_PARSE(app, argc, argv);
+  if (cfg.fsdp && cfg.ddp) {
+    std::fprintf(stderr, "mnist: --fsdp and --ddp are two ways of data parallelism: pick one\n");
+    return 2;
+  }
   if (cfg.cuda_graph) {
     // Dropout draws from host-side Philox offsets, which a replay would repeat: every step
     // would drop the same units. DDP's all-reduce hooks are not capturable yet.
     const char* why = cfg.device != "cuda" ? "needs --device cuda"
                       : cfg.model != "mlp" ? "supports --model mlp only (the cnn's dropout would replay one mask)"
-                      : cfg.ddp           ? "does not support --ddp yet"
+                      : cfg.ddp || cfg.fsdp ? "does not support --ddp or --fsdp yet"
                                           : nullptr;
     if (why != nullptr) {
       std::fprintf(stderr, "mnist: --cuda-graph %s\n", why);
@@ -428,7 +485,7 @@ int main(int argc, char** argv) {
     }
   }
   ember::set_deterministic(cfg.deterministic);
-  if (cfg.ddp) {
+  if (cfg.ddp || cfg.fsdp) {
     // Any failure ends the whole job instead of leaving the other ranks waiting in a
     // collective (Note [distributed failures]); ranks other than 0 print nothing. NCCL only
     // where the model is: a CPU run needs no communicator (nor a GPU per rank).

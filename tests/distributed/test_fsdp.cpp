@@ -422,3 +422,42 @@ TEST(FSDP, ShardedCheckpointResumesAtAnyWorldSize) {
   world_group->barrier();
   if (my_rank() == 0) std::filesystem::remove_all(dir);
 }
+
+// The NCCL paths on this rank's GPU (a world of one in the CUDA simulation, one rank per GPU on
+// a machine with several): ncclCommSplit subgroups, and fully_shard over NCCL training the MLP
+// as fully_shard over the CPU group does on the same batches.
+TEST(FSDP, NcclSplitAndStepsMatchTheCpu) {
+  EMBER_NCCL_DEVICE_OR_SKIP(dev);
+  auto world_gpu = distributed::default_group(dev);
+  auto alone = world_gpu->split(my_rank(), 0, "alone");
+  ASSERT_TRUE(alone);
+  EXPECT_STREQ(alone->backend(), "nccl");
+  EXPECT_EQ(alone->size(), 1);
+  EXPECT_EQ(alone->global_ranks(), std::vector<int>{my_rank()});
+  Tensor t = full({3}, 2.0, TensorOptions(dev));
+  alone->all_reduce(t);
+  EXPECT_EQ(t.cpu().to_vector<float>(), std::vector<float>(3, 2.0f));
+  EXPECT_EQ(world_gpu->split(-1, 0, "none"), nullptr);
+  auto run = [&](Device d) {
+    manual_seed(40);
+    Mlp net;
+    net.to(d);
+    for (nn::Linear* l : {&net.fc1, &net.fc2, &net.fc3}) fully_shard(*l);
+    FSDPModule fsdp = fully_shard(net);
+    EXPECT_STREQ(fsdp.process_group().backend(), d.is_cuda() ? "nccl" : world() > 1 ? "mpi" : "local");
+    optim::AdamW opt(fsdp.parameters(), {.lr = 1e-2});
+    for (int s = 0; s < 3; ++s) {
+      Generator gen(50 + uint64_t(s) * 8 + uint64_t(my_rank()));
+      Tensor x = randn({6, 8}, DType::f32, &gen).to(d), y = randint(0, 4, {6}, DType::i64, &gen).to(d);
+      Tensor loss = cross_entropy(fsdp.forward([&] { return net.forward(x); }), y);
+      opt.zero_grad();
+      loss.backward();
+      fsdp.clip_grad_norm_(0.5);
+      opt.step();
+    }
+    StateDict out;
+    for (const auto& [name, v] : fsdp.full_state_dict()) out.insert(name, v.cpu());
+    return out;
+  };
+  EXPECT_LT(max_state_diff(run(Device::cpu()), run(dev)), 1e-5);
+}

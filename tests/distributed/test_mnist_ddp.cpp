@@ -126,3 +126,37 @@ TEST(MnistDdp, TwoRanksTrainAsOneProcess) {
   fs::remove_all(root);
 #endif
 }
+
+// examples/mnist --fsdp: the same run as --ddp (the same averaged gradients, so the same
+// metrics to the printed precision), and a run stopped after 13 steps and resumed from its
+// sharded checkpoint ends where the uninterrupted one does.
+TEST(MnistFsdp, TrainsAsDdpAndResumesFromShards) {
+#if !defined(EMBER_MPIEXEC) || !defined(EMBER_BIN_DIR)
+  GTEST_SKIP() << "this build has no MPI";
+#else
+  if (distributed::world_size() > 1) GTEST_SKIP() << "runs mpirun itself: only in the single-process run";
+  const fs::path root = fs::temp_directory_path() / ("ember_mnist_fsdp_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "data");
+  write_split(root / "data", "train", 1024, 1);
+  write_split(root / "data", "t10k", 256, 2);
+  const std::string mpirun = test::without_leak_check() + "OMP_NUM_THREADS=1 " + EMBER_MPIEXEC + " -np 2 " +
+                             EMBER_MPIEXEC_FLAGS + " " + std::string(EMBER_BIN_DIR) + "/mnist --data " +
+                             (root / "data").string() + " --batch-size 64 --epochs 2 --workers 1 --log-every 4";
+  auto strip_rate = [](std::string r) { return r.substr(0, r.find("\"samples_per_s\"")); };
+  auto [s1, out1] = run(mpirun + " --ddp");
+  ASSERT_EQ(s1, 0) << out1;
+  auto [s2, out2] = run(mpirun + " --fsdp --checkpoint " + (root / "whole").string());
+  ASSERT_EQ(s2, 0) << out2;
+  ASSERT_NE(result_line(out1), "") << out1;
+  EXPECT_EQ(strip_rate(result_line(out1)), strip_rate(result_line(out2))) << out1 << "\n" << out2;
+  EXPECT_TRUE(fs::exists(root / "whole" / "step-00000032" / "rank-00001-of-00002.safetensors"));
+  auto [s3, out3] = run(mpirun + " --fsdp --checkpoint " + (root / "parts").string() + " --max-steps 13");
+  ASSERT_EQ(s3, 0) << out3;
+  auto [s4, out4] = run(mpirun + " --fsdp --checkpoint " + (root / "parts").string() + " --resume");
+  ASSERT_EQ(s4, 0) << out4;
+  EXPECT_NE(out4.find("saved by 2 ranks"), std::string::npos) << out4;
+  EXPECT_EQ(strip_rate(result_line(out2)), strip_rate(result_line(out4))) << out2 << "\n" << out4;
+  fs::remove_all(root);
+#endif
+}
