@@ -394,10 +394,34 @@ class NcclWork final : public Work {
   bool waited_ = false;
 };
 
+// Rank 0's new unique id, broadcast to every rank.
+ncclUniqueId unique_id(int rank, const std::function<void(void*, size_t)>& broadcast_id) {
+  ncclUniqueId id{};
+  if (rank == 0) EMBER_NCCL_CHECK(ncclGetUniqueId(&id), rank);
+  broadcast_id(&id, sizeof id);
+  return id;
+}
+
 class NcclProcessGroup final : public ProcessGroup {
  public:
   NcclProcessGroup(int rank, int size, int device, const std::function<void(void*, size_t)>& broadcast_id,
                    std::chrono::milliseconds timeout)
+      : NcclProcessGroup(rank, size, device, timeout, "ncclCommInitRankConfig",
+                         [&](ncclComm_t* comm, ncclConfig_t* config) {
+                           return ncclCommInitRankConfig(comm, size, unique_id(rank, broadcast_id), rank, config);
+                         }) {}
+  // A subgroup: ncclCommSplit of `parent` (its mutex held for the call, Note [NCCL comm lock]).
+  NcclProcessGroup(const std::shared_ptr<Comm>& parent, int color, int key, int rank, int size, int device,
+                   std::chrono::milliseconds timeout)
+      : NcclProcessGroup(rank, size, device, timeout, "ncclCommSplit", [&](ncclComm_t* comm, ncclConfig_t* config) {
+          std::lock_guard lock(parent->mu);
+          return ncclCommSplit(parent->comm, color, key, comm, config);
+        }) {}
+
+  // make(&comm, &config), the NCCL call named `call`, starts the non-blocking creation of the
+  // communicator.
+  template <class Make>
+  NcclProcessGroup(int rank, int size, int device, std::chrono::milliseconds timeout, const char* call, Make&& make)
       : ProcessGroup(rank, size),
         device_(device),
         comm_(std::make_shared<Comm>()),
@@ -405,14 +429,10 @@ class NcclProcessGroup final : public ProcessGroup {
     set_timeout(timeout);
     comm_->rank = rank;
     DeviceGuard guard(device_);
-    ncclUniqueId id{};
-    if (rank == 0) EMBER_NCCL_CHECK(ncclGetUniqueId(&id), rank);
-    broadcast_id(&id, sizeof id);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     try {
-      comm_->run("ncclCommInitRankConfig", timeout,
-                 [&] { return ncclCommInitRankConfig(&comm_->comm, size, id, rank, &config); });
+      comm_->run(call, timeout, [&] { return make(&comm_->comm, &config); });
       watchdog_ = std::make_unique<Watchdog>(comm_, device_);
     } catch (...) {
       // Nothing else holds the communicator yet; abort frees what a half-made one holds.
@@ -476,10 +496,20 @@ class NcclProcessGroup final : public ProcessGroup {
     do_all_reduce(barrier_buffer_, ReduceOp::sum)->wait();
     stream_.synchronize();
   }
-  // ncclCommSplit is not wired yet (issue 41): subgroups of CUDA tensors are MPI-only today.
-  std::shared_ptr<ProcessGroup> do_split(int, int, int, int) override {
-    throw DistributedError(str(where("split"), ": NCCL subgroups are not supported yet (ncclCommSplit); "
-                               "split the CPU (MPI) group, or use the world group on CUDA"));
+  // ncclCommSplit: collective over this group's ranks, as MPI_Comm_split. Every rank makes
+  // the call (a negative color as NCCL_SPLIT_NOCOLOR, which makes no communicator and whose
+  // completion is polled on this group's). NCCL queues it behind this group's collectives.
+  std::shared_ptr<ProcessGroup> do_split(int color, int key, int new_rank, int new_size) override {
+    comm_->check_usable("split");
+    DeviceGuard guard(device_);
+    if (color >= 0)
+      return std::make_shared<NcclProcessGroup>(comm_, color, key, new_rank, new_size, device_, timeout());
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t none = nullptr;
+    comm_->run("ncclCommSplit", timeout(),
+               [&] { return ncclCommSplit(comm_->comm, NCCL_SPLIT_NOCOLOR, key, &none, &config); });
+    return nullptr;
   }
 
  private:

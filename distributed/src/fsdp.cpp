@@ -80,10 +80,7 @@ struct FsdpState {
 
   FsdpUnit* root() const { return units.back().get(); }
 
-  std::string where(const char* op) const {
-    return group->name() == "world" ? str("[", op, "] rank ", group->rank())
-                                    : str("[", op, "] rank ", group->rank(), " of group '", group->name(), "'");
-  }
+  std::string where(const char* op) const { return group->where(op); }
 
   // ---- gathering ----
   void unshard_async(FsdpUnit& u) {

@@ -54,6 +54,7 @@
 //   completing: the next forward() throws naming them. Reading a unit's parameter outside
 //   its forward and backward throws (released storage); use summon_full_params(). Moving the
 //   module (to()) after fully_shard is not supported.
+// - An FSDPModule refers to its module: it must not outlive it.
 // - Collective: construction (fully_shard), forward/backward, summon_full_params,
 //   full_state_dict, load_full_state_dict and clip_grad_norm_ are collectives: every rank
 //   calls them in the same order.

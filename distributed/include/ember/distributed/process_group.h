@@ -81,6 +81,9 @@ class ProcessGroup {
   // gets nullptr (MPI_Comm_split / ncclCommSplit semantics). The new group has this group's
   // timeout. Throws DistributedError where the backend cannot make subgroups.
   std::shared_ptr<ProcessGroup> split(int color, int key, const std::string& name);
+  // "[op] rank R" or "[op] rank R of group 'name'": how every error message about this group
+  // starts.
+  std::string where(const char* op) const;
   // How long wait() waits before failing with DistributedError.
   std::chrono::milliseconds timeout() const { return timeout_; }
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
@@ -112,8 +115,6 @@ class ProcessGroup {
   // color >= 0 becomes rank new_rank of new_size in the new group; one with a negative color
   // takes part in the backend's collective (MPI_Comm_split's MPI_UNDEFINED) and gets nullptr.
   virtual std::shared_ptr<ProcessGroup> do_split(int color, int key, int new_rank, int new_size) = 0;
-  // "[op] rank R" or "[op] rank R of group 'name'": the start of every error message.
-  std::string where(const char* op) const;
 
  private:
   void check_tensor(const char* op, const Tensor& t, const char* what, bool reduction) const;

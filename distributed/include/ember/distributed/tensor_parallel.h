@@ -102,7 +102,8 @@ class VocabParallelEmbedding : public nn::Module {
 
 // logits [N, V/P] (this rank's columns [p V/P, ...) of the whole [N, V]), target [N] (i64,
 // whole ids; ignore_index rows count for nothing): the mean cross-entropy over the kept rows,
-// the same on every rank of the group.
+// the same on every rank of the group. A target outside [0, V) is a ValueError on the CPU
+// (on a GPU checking would stop the host every step: it is not checked there).
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& target,
                                     const std::shared_ptr<ProcessGroup>& group, int64_t ignore_index = -100);
 
