@@ -94,6 +94,7 @@ std::shared_ptr<ColumnParallelLinear> ColumnParallelLinear::from(const nn::Linea
                                                                  ColumnParallelOptions options) {
   options.bias = full.bias.defined();
   auto layer = std::make_shared<ColumnParallelLinear>(full.in_features, full.out_features, group, options);
+  layer->to(full.weight.device(), full.weight.dtype());
   NoGradGuard no_grad;
   const int64_t local = layer->weight.sizes()[0], start = int64_t(layer->group->rank()) * local;
   layer->weight.copy_(full.weight.narrow(0, start, local));
@@ -126,6 +127,7 @@ std::shared_ptr<RowParallelLinear> RowParallelLinear::from(const nn::Linear& ful
                                                            RowParallelOptions options) {
   options.bias = full.bias.defined();
   auto layer = std::make_shared<RowParallelLinear>(full.in_features, full.out_features, group, options);
+  layer->to(full.weight.device(), full.weight.dtype());
   NoGradGuard no_grad;
   const int64_t local = layer->weight.sizes()[1];
   layer->weight.copy_(full.weight.narrow(1, int64_t(layer->group->rank()) * local, local));
@@ -163,6 +165,7 @@ VocabParallelEmbedding::VocabParallelEmbedding(int64_t num, int64_t dim, std::sh
 std::shared_ptr<VocabParallelEmbedding> VocabParallelEmbedding::from(const nn::Embedding& full,
                                                                      std::shared_ptr<ProcessGroup> group) {
   auto layer = std::make_shared<VocabParallelEmbedding>(full.num_embeddings, full.embedding_dim, group);
+  layer->to(full.weight.device(), full.weight.dtype());
   NoGradGuard no_grad;
   layer->weight.copy_(full.weight.narrow(0, layer->vocab_start, layer->weight.sizes()[0]));
   return layer;

@@ -212,3 +212,28 @@ TEST(TensorParallel, FsdpTimesTensorParallelOnATwoByTwoMesh) {
   EXPECT_LT(worst_loss, 1e-4);
   EXPECT_LT(worst_weight, 1e-3);
 }
+
+// The collectives of tensor parallelism on this rank's GPU through its NCCL group (a world of
+// one in the CUDA simulation): the column- then row-parallel pair and the vocab-parallel loss
+// on CUDA equal the CPU's unsharded computation.
+TEST(TensorParallel, NcclLayersMatchTheCpu) {
+  EMBER_NCCL_DEVICE_OR_SKIP(dev);
+  auto group = D::default_group(dev);
+  manual_seed(9);
+  nn::Linear a(8, 16), b(16, 6);
+  Tensor x = randn({5, 8});
+  Tensor ref = b(relu(a(x)));
+  a.to(dev);
+  b.to(dev);
+  auto col = D::ColumnParallelLinear::from(a, group);
+  auto row = D::RowParallelLinear::from(b, group);
+  Tensor xd = x.to(dev).requires_grad_(true);
+  Tensor out = (*row)(relu((*col)(xd)));
+  EXPECT_LT(max_abs_diff(ref, out.cpu()), 1e-5);
+  out.sum().backward();
+  EXPECT_TRUE(xd.grad().defined());
+  Tensor logits = randn({4, 12}), target = tensor(std::vector<int64_t>{1, 11, 4, 0}, {4});
+  const double whole = cross_entropy(logits, target).item<double>();
+  Tensor mine = my_cols(logits, 12).contiguous().to(dev);
+  EXPECT_NEAR(D::vocab_parallel_cross_entropy(mine, target.to(dev), group).item<double>(), whole, 1e-5);
+}

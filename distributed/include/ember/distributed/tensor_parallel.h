@@ -22,8 +22,9 @@
 //   vocab_parallel_cross_entropy(logits [N, V/P], target [N]): cross_entropy over the whole
 //   vocabulary without any rank holding the whole logits: the max, the sum of exponentials
 //   and the target's logit are reduced over the group ([N] each).
-// - from(full layer): the slice of an unsharded layer's weights that this rank holds, so a
-//   parallel model equals its unsharded twin (tests, porting a checkpoint).
+// - from(full layer): the slice of an unsharded layer's weights that this rank holds (on its
+//   device, in its dtype), so a parallel model equals its unsharded twin (tests, porting a
+//   checkpoint).
 // - Errors name the layer and the sizes that do not divide.
 #pragma once
 
