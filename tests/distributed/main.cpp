@@ -31,7 +31,9 @@ namespace {
 
 // Rank 1 fails inside FSDP's collectives: "fsdp-gather" hangs before the second unit's
 // all_gather (rank 0 times out in it), "fsdp-reduce" dies by SIGKILL before the first unit's
-// reduce_scatter (rank 0 waits in it until mpirun ends the job).
+// reduce_scatter (rank 0 waits in it until mpirun ends the job), "fsdp-save" saves a sharded
+// checkpoint of step 1 into $EMBER_CRASH_DIR, then dies by SIGKILL in the middle of saving
+// step 2 (its file written, before rank 0 puts the folder in place).
 int fsdp_crash(const std::string& mode) {
   return distributed::abort_on_error([&] {
     struct Two : nn::Module {
@@ -49,7 +51,7 @@ int fsdp_crash(const std::string& mode) {
           std::this_thread::sleep_for(std::chrono::seconds(50));
           return Tensor();
         });
-      else
+      else if (mode == "fsdp-reduce")
         net.a.weight.register_post_accumulate_grad_hook([](const Tensor&) { std::raise(SIGKILL); });
     }
     distributed::fully_shard(net.a);
@@ -57,6 +59,20 @@ int fsdp_crash(const std::string& mode) {
     distributed::FSDPModule fsdp = distributed::fully_shard(net);
     Tensor x = randn({4, 8});
     fsdp.forward([&] { return net.forward(x); }).sum().backward();
+    if (mode == "fsdp-save") {
+      const char* dir = std::getenv("EMBER_CRASH_DIR");
+      if (dir == nullptr) throw std::runtime_error("fsdp-save needs EMBER_CRASH_DIR");
+      optim::AdamW opt(fsdp.parameters());
+      opt.step();
+      int barriers = 0;
+      for (int64_t step : {1, 2})
+        io::save_sharded_checkpoint(dir, {.state = fsdp.sharded_state_dict(&opt), .step = step},
+                                    distributed::rank(), 2, [&] {
+                                      // The second barrier of the second save: files written.
+                                      if (++barriers == 5 && distributed::rank() == 1) std::raise(SIGKILL);
+                                      fsdp.process_group().barrier();
+                                    });
+    }
     distributed::finalize();
     return 0;
   });
@@ -78,7 +94,7 @@ int crash_helper(const std::string& mode) {
   auto pg = distributed::default_group();
   Tensor t = ones({4});
   pg->all_reduce(t);
-  if (mode == "fsdp-gather" || mode == "fsdp-reduce") return fsdp_crash(mode);
+  if (mode.rfind("fsdp-", 0) == 0) return fsdp_crash(mode);
   if (distributed::rank() == 1) {
     if (mode == "kill") std::raise(SIGKILL);
     if (mode == "throw") throw std::runtime_error("rank 1 failed on purpose");  // -> terminate

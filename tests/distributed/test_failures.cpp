@@ -6,10 +6,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include "dist_util.h"
 
 using namespace ember;
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -78,6 +81,28 @@ TEST_F(Failures, FsdpPeerKilledBeforeAReduceScatterEndsTheJob) {
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_LT(r.seconds, 60.0) << r.output;
   EXPECT_NE(r.output.find("signal 9"), std::string::npos) << r.output;
+}
+
+// A rank killed in the middle of a sharded save leaves the previous checkpoint the one that
+// loads: the new step's folder never appears, only its temporary folder, which loaders skip.
+TEST_F(Failures, RankKilledDuringAShardedSaveLeavesThePreviousCheckpoint) {
+  const fs::path dir = fs::temp_directory_path() / ("ember_crash_save_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+#ifdef EMBER_MPIEXEC
+  const JobResult r = run_command("EMBER_CRASH_DIR=" + dir.string() + " timeout -s KILL 90 " + EMBER_MPIEXEC +
+                                  " -np 2 " + EMBER_MPIEXEC_FLAGS + " " + self() + " --crash=fsdp-save");
+  std::printf("rank 1 killed during a sharded save: job status %d after %.1f s\n", r.status, r.seconds);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_LT(r.seconds, 60.0) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "step-00000001" / "rank-00001-of-00002.safetensors")) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "step-00000002")) << r.output;
+  std::vector<std::string> notes;
+  auto latest = io::open_latest_sharded_checkpoint(dir.string(), &notes);
+  ASSERT_TRUE(latest);
+  EXPECT_EQ(latest->step(), 1);
+  EXPECT_FALSE(notes.empty());  // the interrupted save's temporary folder, reported
+#endif
+  fs::remove_all(dir);
 }
 
 TEST_F(Failures, UncaughtExceptionAbortsAllRanks) {
