@@ -202,6 +202,10 @@ struct FsdpState {
         else piece.set_grad(slice);
       }
     }
+    // A unit prefetched from the last iteration's order that this one never ran (the model's
+    // path changed) goes too: every rank decides alike, by the same order.
+    for (auto& u : units)
+      if (!u->ran_forward && u.get() != root()) reshard(*u);
     reset();
   }
 
