@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "ember/autograd/function.h"
 #include "ember/distributed/fsdp.h"
@@ -191,17 +192,23 @@ std::string VocabParallelEmbedding::extra_repr() const {
 // over the whole vocabulary by one all-reduce of [N]; the gradient (softmax - onehot) / kept
 // rows, on this rank's columns only.
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& target,
-                                    const std::shared_ptr<ProcessGroup>& group, int64_t ignore_index) {
+                                    const std::shared_ptr<ProcessGroup>& group, int64_t ignore_index,
+                                    int64_t num_classes) {
   constexpr const char* op = "[vocab_parallel_cross_entropy]";
   EMBER_CHECK(logits.dim() == 2 && target.dim() == 1 && target.sizes()[0] == logits.sizes()[0], ShapeError, op,
               " expects logits [N, V/P] and target [N], got ", logits.sizes(), " and ", target.sizes());
   EMBER_CHECK(is_integral(target.dtype()), DTypeError, op, " target must hold integer ids, got ", target.dtype());
   const int64_t N = logits.sizes()[0], local = logits.sizes()[1];
-  const int64_t start = int64_t(group->rank()) * local, V = local * group->size();
+  const int64_t start = int64_t(group->rank()) * local;
+  const int64_t V = num_classes >= 0 ? num_classes : local * group->size();
   Tensor softmax, loss;
   {
     NoGradGuard no_grad;
-    const Tensor z = logits.detach().to(DType::f32);
+    Tensor z = logits.detach().to(DType::f32);
+    if (num_classes >= 0 && start + local > num_classes) {  // padded columns: no probability
+      const Tensor cls = arange(start, start + local, 1, TensorOptions(z.device()).dtype(DType::i64)) < num_classes;
+      z = where(cls.unsqueeze(0), z, Scalar(-std::numeric_limits<double>::infinity()));
+    }
     Tensor m = amax(z, {1}).contiguous();
     group->all_reduce(m, ReduceOp::max);
     const Tensor e = (z - m.unsqueeze(1)).exp();
@@ -238,9 +245,35 @@ void tensor_parallelize(nn::GPT& model, const std::shared_ptr<ProcessGroup>& gro
   const nn::GPTConfig& c = model.config;
   EMBER_CHECK(c.dropout == 0, ValueError, "[", op, "] needs dropout 0 (a mask on each rank's partial sums is not ",
               "a mask on their total); this GPT has ", c.dropout);
+  EMBER_CHECK(!model.head.logits && !model.head.loss && !model.wte.has_forward_hooks(), ValueError, "[", op,
+              "] this GPT's head is replaced already (tensor_parallelize twice?)");
   split_size(op, "n_head", c.n_head, *group);
   const int64_t C = c.n_embd, Cp = split_size(op, "n_embd", C, *group), Hp = split_size(op, "4 n_embd", 4 * C, *group);
+  const int64_t Vp = split_size(op, "padded_vocab_size", c.padded_vocab_size, *group), vstart = p * Vp;
   NoGradGuard no_grad;
+  // The vocabulary: this rank's rows of wte. The lookup reads them for the ids they hold (row 0
+  // for the others, zeroed) and sums over the group; the pre-hook hands the mask to the hook.
+  model.wte.weight.set_data(model.wte.weight.narrow(0, vstart, Vp).contiguous());
+  model.wte.num_embeddings = Vp;
+  auto mask = std::make_shared<Tensor>();
+  model.wte.register_forward_pre_hook([mask, vstart, Vp](const nn::Module&, const Tensor& ids) {
+    *mask = (ids >= vstart) & (ids < vstart + Vp);
+    return where(*mask, ids - vstart, Scalar(int64_t(0)));
+  });
+  model.wte.register_forward_hook([mask, group](const nn::Module&, const Tensor& rows) {
+    Tensor out = reduce_from_tensor_parallel(rows * mask->unsqueeze(-1).to(rows.dtype()), group);
+    *mask = Tensor();
+    return out;
+  });
+  const Tensor wte = model.wte.weight;  // the handle: fully_shard's set_data keeps it
+  const int64_t V = c.vocab_size;
+  model.head.logits = [wte, group](const Tensor& h) {
+    return gather_from_tensor_parallel(linear(copy_to_tensor_parallel(h, group), wte), group);
+  };
+  model.head.loss = [wte, group, V](const Tensor& h, const Tensor& targets) {
+    return vocab_parallel_cross_entropy(linear(copy_to_tensor_parallel(h, group), wte), targets, group,
+                                        /*ignore_index=*/-1, /*num_classes=*/V);
+  };
   for (auto& b : model.blocks) {
     EMBER_CHECK(!b->attn.has_forward_hooks() && !b->mlp.has_forward_hooks(), ValueError, "[", op,
                 "] the blocks already have hooks (tensor_parallelize twice, or after fully_shard)");
@@ -322,11 +355,13 @@ void tensor_parallelize(nn::Llama& model, const std::shared_ptr<ProcessGroup>& g
 Tensor clip_grad_norm_tensor_parallel(const nn::CausalLM& model, const std::shared_ptr<ProcessGroup>& group,
                                       double max_norm, const FSDPModule* fsdp) {
   std::vector<const TensorImpl*> split;
-  if (const auto* gpt = dynamic_cast<const nn::GPT*>(&model))
+  if (const auto* gpt = dynamic_cast<const nn::GPT*>(&model)) {
+    split.push_back(gpt->wte.weight.impl());
     for (const auto& b : gpt->blocks)
       for (const Tensor* t : {&b->attn.c_attn.weight, &b->attn.c_attn.bias, &b->attn.c_proj.weight,
                               &b->mlp.c_fc.weight, &b->mlp.c_fc.bias, &b->mlp.c_proj.weight})
         split.push_back(t->impl());
+  }
   if (const auto* llama = dynamic_cast<const nn::Llama*>(&model))
     for (const auto& b : llama->blocks)
       for (const nn::Linear* l : {&b->self_attn.q_proj, &b->self_attn.k_proj, &b->self_attn.v_proj,

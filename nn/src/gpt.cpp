@@ -182,11 +182,13 @@ Tensor GPT::trunk(const Tensor& idx, KVCache* cache) const {
 }
 
 Tensor GPT::forward(const Tensor& idx) const {
-  return F::linear(trunk(idx, nullptr), wte.weight);  // tied lm_head: [B, T, padded_vocab]
+  const Tensor h = trunk(idx, nullptr);
+  return head.logits ? head.logits(h) : F::linear(h, wte.weight);  // tied lm_head: [B, T, padded_vocab]
 }
 
 Tensor GPT::forward(const Tensor& idx, KVCache& cache) const {
-  return F::linear(trunk(idx, &cache), wte.weight);
+  const Tensor h = trunk(idx, &cache);
+  return head.logits ? head.logits(h) : F::linear(h, wte.weight);
 }
 
 Tensor GPT::forward(const Tensor& idx, const Tensor& targets) const {
@@ -197,6 +199,7 @@ Tensor GPT::forward(const Tensor& idx, const Tensor& targets) const {
   // padded columns take no probability and get a zero gradient), with the logits' gradient
   // formed in place in the GEMM's dtype: no f32 copy of the [N, padded_vocab] logits.
   const Tensor h = trunk(idx, nullptr);
+  if (head.loss) return head.loss(h.reshape({N, config.n_embd}), targets.reshape({N}));
   return F::linear_cross_entropy(h.reshape({N, config.n_embd}), wte.weight, targets.reshape({N}),
                                  {.ignore_index = -1, .num_classes = V});
 }

@@ -82,18 +82,25 @@ TEST(TensorParallel, VocabParallelEmbeddingAndCrossEntropyMatchTheWholeVocabular
   EXPECT_THROW(D::vocab_parallel_cross_entropy(mine, bad, world_group()), ValueError);
 }
 
-// GPT with its heads and MLP units split over the world: the loss and every gradient equal the
-// unsharded model's, and 10 AdamW steps on the same batches stay together.
+// GPT with its heads, MLP units and vocabulary split over the world: the logits, the loss and
+// every gradient equal the unsharded model's, and 20 AdamW steps on the same batches stay
+// together.
 TEST(TensorParallel, GptSplitByHeadsTrainsAsTheWholeModel) {
   Generator g1(21), g2(21);
   nn::GPT ref(tp_gpt(), &g1), model(tp_gpt(), &g2);
   D::tensor_parallelize(model, world_group());
   EXPECT_EQ(model.blocks[0]->attn.c_attn.weight.sizes(), Shape({3 * 32 / world(), 32}));
+  EXPECT_EQ(model.wte.weight.sizes(), Shape({64 / world(), 32}));  // this rank's vocabulary rows
+  {
+    Generator gen(599);
+    Tensor x = randint(0, 60, {2, 16}, DType::i64, &gen);
+    EXPECT_LT(max_abs_diff(ref.forward(x), model.forward(x)), 1e-5);  // the gathered logits
+  }
   EXPECT_THROW(D::tensor_parallelize(model, world_group()), ValueError);
   optim::AdamW ref_opt(ref.parameters(), {.lr = 1e-2});
   optim::AdamW opt(model.parameters(), {.lr = 1e-2});
   double worst_loss = 0, worst_grad = 0;
-  for (int s = 0; s < 10; ++s) {
+  for (int s = 0; s < 20; ++s) {
     Generator gen(600 + uint64_t(s));  // the same batch on every rank
     Tensor x = randint(0, 60, {2, 16}, DType::i64, &gen), y = randint(0, 60, {2, 16}, DType::i64, &gen);
     Tensor l1 = ref.forward(x, y), l2 = model.forward(x, y);
@@ -122,7 +129,7 @@ TEST(TensorParallel, GptSplitByHeadsTrainsAsTheWholeModel) {
     ref_opt.step();
     opt.step();
   }
-  std::printf("GPT split over %d ranks: first-step gradients %.3g, 10-step losses %.3g\n", world(), worst_grad,
+  std::printf("GPT split over %d ranks: first-step gradients %.3g, 20-step losses %.3g\n", world(), worst_grad,
               worst_loss);
   EXPECT_LT(worst_grad, 1e-5);
   EXPECT_LT(worst_loss, 1e-4);
@@ -162,7 +169,7 @@ TEST(TensorParallel, LlamaSplitByHeadsMatchesTheWholeModel) {
   EXPECT_NEAR(n1, n2, 1e-5 * n1);
 }
 
-// FSDP over "dp" x tensor parallelism over "tp" (2 x 2 on 4 ranks): 10 clipped AdamW steps,
+// FSDP over "dp" x tensor parallelism over "tp" (2 x 2 on 4 ranks): 20 clipped AdamW steps,
 // each dp row on its own batch, equal one process training the whole model on the global batch.
 TEST(TensorParallel, FsdpTimesTensorParallelOnATwoByTwoMesh) {
   if (world() != 4) GTEST_SKIP() << "a 2 x 2 mesh needs 4 ranks (ctest Distributed.mpi_np4)";
@@ -180,7 +187,7 @@ TEST(TensorParallel, FsdpTimesTensorParallelOnATwoByTwoMesh) {
     return std::make_pair(x, y);
   };
   double worst_loss = 0;
-  for (int s = 0; s < 10; ++s) {
+  for (int s = 0; s < 20; ++s) {
     auto [x0, y0] = batch(s, 0);
     auto [x1, y1] = batch(s, 1);
     Tensor l1 = ref.forward(cat({x0, x1}, 0), cat({y0, y1}, 0));
@@ -193,7 +200,9 @@ TEST(TensorParallel, FsdpTimesTensorParallelOnATwoByTwoMesh) {
     opt.zero_grad();
     l2.backward();
     const double n2 = D::clip_grad_norm_tensor_parallel(model, mesh.group("tp"), 0.5, &fsdp).item<double>();
-    EXPECT_NEAR(n1, n2, 1e-5 * n1) << "step " << s;
+    // Exact up to round-off on the first step; later the two models have drifted by Adam's
+    // amplified round-off (weights 1.6e-4 apart after 20 steps), their gradients with them.
+    EXPECT_NEAR(n1, n2, (s == 0 ? 1e-5 : 1e-4) * n1) << "step " << s;
     if (s == 0) EXPECT_GT(n1, 0.5);  // the clipping acts
     opt.step();
     Tensor mean = l2.detach().reshape({1}).contiguous();
@@ -208,7 +217,7 @@ TEST(TensorParallel, FsdpTimesTensorParallelOnATwoByTwoMesh) {
   const StateDict mine = fsdp.full_state_dict();
   double worst_weight = 0;
   for (const auto& [name, t] : sliced.state_dict()) worst_weight = std::max(worst_weight, max_abs_diff(t, mine.at(name)));
-  std::printf("FSDP x TP (2 x 2) vs one process, 10 AdamW steps: losses %.3g, weights %.3g\n", worst_loss, worst_weight);
+  std::printf("FSDP x TP (2 x 2) vs one process, 20 AdamW steps: losses %.3g, weights %.3g\n", worst_loss, worst_weight);
   EXPECT_LT(worst_loss, 1e-4);
   EXPECT_LT(worst_weight, 1e-3);
 }

@@ -103,18 +103,24 @@ class VocabParallelEmbedding : public nn::Module {
 
 // logits [N, V/P] (this rank's columns [p V/P, ...) of the whole [N, V]), target [N] (i64,
 // whole ids; ignore_index rows count for nothing): the mean cross-entropy over the kept rows,
-// the same on every rank of the group. A target outside [0, V) is a ValueError on the CPU
-// (on a GPU checking would stop the host every step: it is not checked there).
+// the same on every rank of the group. num_classes >= 0: only the first num_classes columns
+// of the whole vocabulary are classes (a padded vocabulary's extra columns take no probability
+// and get no gradient). A target outside [0, classes) is a ValueError on the CPU (on a GPU
+// checking would stop the host every step: it is not checked there).
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& target,
-                                    const std::shared_ptr<ProcessGroup>& group, int64_t ignore_index = -100);
+                                    const std::shared_ptr<ProcessGroup>& group, int64_t ignore_index = -100,
+                                    int64_t num_classes = -1);
 
-// Splits every block of `model` over `group`: each attention's heads (c_attn's q, k and v rows
-// of this rank's heads, c_proj's matching columns) and each MLP's hidden units (c_fc's rows,
-// c_proj's columns), with hooks on attn and mlp that put the collectives in (copy_to on the
-// input, reduce_from on the output before c_proj's whole bias). Embeddings, layer norms and
-// the final norm stay whole. Requires n_head and 4 n_embd divisible by the group size and
-// dropout 0 (a dropout mask on partial sums would differ from one on their total); call it
-// before fully_shard and after moving the model to its device.
+// Splits `model` over `group`, Megatron's layout: each attention's heads (c_attn's q, k and v
+// rows of this rank's heads, c_proj's matching columns) and each MLP's hidden units (c_fc's
+// rows, c_proj's columns), with hooks on attn and mlp that put the collectives in (copy_to on
+// the input, reduce_from on the output before c_proj's whole bias); and the vocabulary: wte's
+// rows (the tied embedding and classifier), looked up masked to this rank's rows and summed,
+// the classifier (GPT::head) giving this rank's logit columns to the vocab-parallel
+// cross-entropy, so no rank forms the whole [N, V] logits (the logits-only forward gathers
+// them). wpe and the layer norms stay whole. Requires n_head, 4 n_embd and padded_vocab_size
+// divisible by the group size and dropout 0 (a dropout mask on partial sums would differ from
+// one on their total); call it before fully_shard and after moving the model to its device.
 void tensor_parallelize(nn::GPT& model, const std::shared_ptr<ProcessGroup>& group);
 // Llama likewise: q_proj and o_proj by heads, k_proj and v_proj by key-value heads, gate_proj
 // and up_proj by rows, down_proj by columns (no biases). Requires n_head, n_kv_head and

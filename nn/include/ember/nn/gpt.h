@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <utility>
@@ -121,6 +122,15 @@ class GPT : public CausalLM {
   Module h;  // children "0", "1", ...: the blocks
   std::vector<std::shared_ptr<Block>> blocks;
   LayerNorm ln_f;
+  // The classifier over the final hidden states h [B, T, C], when something replaces the tied
+  // wte GEMM (tensor parallelism splits it over the vocabulary): logits(h) gives the logits,
+  // loss(h [N, C], targets [N]) the mean cross-entropy over the real vocabulary (targets -1
+  // ignored). Unset: F::linear(h, wte.weight) and the fused linear_cross_entropy.
+  struct Head {
+    std::function<Tensor(const Tensor& h)> logits;
+    std::function<Tensor(const Tensor& h, const Tensor& targets)> loss;
+  };
+  Head head;
 
  private:
   // The final hidden state [B, T, C] = ln_f(blocks(embeddings)); the logits are it times wte^T.
