@@ -116,6 +116,24 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId, 
   return ncclSuccess;
 }
 
+// A world of one splits into itself (any color) or nothing (NCCL_SPLIT_NOCOLOR).
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  (void)key;
+  if (newcomm == nullptr) return fail(ncclInvalidArgument, "ncclCommSplit: null newcomm");
+  *newcomm = nullptr;
+  if (comm == nullptr || !live(comm)) return fail(ncclInvalidArgument, "ncclCommSplit: invalid communicator");
+  const ncclConfig_t initialized = NCCL_CONFIG_INITIALIZER;
+  if (config != nullptr && config->magic != initialized.magic)
+    return fail(ncclInvalidArgument, "ncclCommSplit: config not initialized with NCCL_CONFIG_INITIALIZER");
+  if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+  if (color < 0) return fail(ncclInvalidArgument, "ncclCommSplit: negative color " + std::to_string(color));
+  auto* c = new ncclComm{comm->device, false};
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_live.insert(c);
+  *newcomm = c;
+  return ncclSuccess;
+}
+
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* state) {
   if (comm == nullptr || !live(comm) || state == nullptr)
     return fail(ncclInvalidArgument, "ncclCommGetAsyncError: invalid communicator");

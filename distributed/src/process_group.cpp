@@ -45,12 +45,14 @@ void ProcessGroup::check_tensor(const char* op, const Tensor& t, const char* wha
                                 bool reduction) const {
   EMBER_CHECK(t.defined(), ValueError, where(op), ": the ", what, " tensor is undefined");
   const Device d = device();
-  EMBER_CHECK(t.device().type == d.type && (d.is_cpu() || t.device() == d), DeviceError, where(op), ": the ", backend(), " process group communicates tensors on ",
+  EMBER_CHECK(t.device().type == d.type && (d.is_cpu() || t.device() == d), DeviceError, where(op), ": the ",
+              backend(), " process group communicates tensors on ",
               d.is_cpu() ? std::string("cpu") : d.str(), ", but the ", what, " tensor (", t,
               ") is on ", t.device(), "; use distributed::default_group(tensor.device())");
   EMBER_CHECK(t.is_contiguous(), ValueError, where(op), ": the ", what, " tensor (",
               t, ") must be contiguous; pass t.contiguous() and copy the result back");
-  EMBER_CHECK(!reduction || reducible(t.dtype()), DTypeError, where(op), ": cannot reduce dtype ", t.dtype(), "; supported: f32, f64, f16, bf16, i64, i32");
+  EMBER_CHECK(!reduction || reducible(t.dtype()), DTypeError, where(op), ": cannot reduce dtype ", t.dtype(),
+              "; supported: f32, f64, f16, bf16, i64, i32");
 }
 
 WorkPtr ProcessGroup::finish(WorkPtr work, bool async_op) {
@@ -125,8 +127,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key, const std:
   const int new_rank = int(std::find(members.begin(), members.end(), rank_) - members.begin());
   std::shared_ptr<ProcessGroup> group = do_split(color, key, new_rank, int(members.size()));
   if (color < 0) return nullptr;
-  EMBER_CHECK(group && group->rank() == new_rank && group->size() == int(members.size()), distributed::DistributedError,
-              where("split"), ": the backend made group '", group_name, "' with rank ",
+  EMBER_CHECK(group && group->rank() == new_rank && group->size() == int(members.size()),
+              distributed::DistributedError, where("split"), ": the backend made group '", group_name, "' with rank ",
               group ? group->rank() : -1, " of ", group ? group->size() : 0, ", expected ", new_rank, " of ",
               members.size());
   group->name_ = group_name;

@@ -338,7 +338,7 @@ std::string rank_file_name(int rank, int world) {
 // A piece's place in the rank file's __metadata__: "begin;d0,d1,...".
 std::string encode_piece(const TensorPiece& p) {
   std::string s = str(p.begin, ";");
-  for (int64_t i = 0; i < p.shape.size(); ++i) s += str(i ? "," : "", p.shape[i]);
+  for (size_t i = 0; i < p.shape.size(); ++i) s += str(i ? "," : "", p.shape[i]);
   return s;
 }
 

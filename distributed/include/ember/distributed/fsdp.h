@@ -79,16 +79,16 @@ namespace ember::distributed {
 struct MixedPrecision {
   // The dtype the gathered (unsharded) parameters compute in; the shards stay in the
   // parameters' original dtype (f32 master weights).
-  std::optional<DType> param_dtype;
+  std::optional<DType> param_dtype{};
   // The dtype gradients are reduce-scattered in (default: param_dtype); the shards' gradients
   // are in the original dtype.
-  std::optional<DType> reduce_dtype;
+  std::optional<DType> reduce_dtype{};
 };
 
 struct FSDPOptions {
   // default_group(device of the module's parameters) when null.
-  std::shared_ptr<ProcessGroup> group;
-  MixedPrecision mixed_precision;
+  std::shared_ptr<ProcessGroup> group{};
+  MixedPrecision mixed_precision{};
   // Free a unit's gathered parameters after its forward (and gather them again for its
   // backward): memory for one more all_gather per unit. The root never frees after forward.
   bool reshard_after_forward = true;

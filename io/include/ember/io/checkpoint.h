@@ -91,11 +91,11 @@ std::string checkpoint_folder_name(int64_t step);
 // run ahead of a save that is not in place. A crash at any instant leaves the previous
 // checkpoint loadable. Every rank must see the same `dir` (one node, or a shared file system).
 struct ShardedCheckpoint {
-  ShardedStateDict state;  // this rank's pieces (FSDPModule::sharded_state_dict(&optimizer))
-  StateDict scheduler;     // saved from rank 0
+  ShardedStateDict state{};  // this rank's pieces (FSDPModule::sharded_state_dict(&optimizer))
+  StateDict scheduler{};     // saved from rank 0
   int64_t step = 0;
-  Generator::State rng;                      // saved from rank 0
-  std::map<std::string, std::string> meta;   // saved from rank 0
+  Generator::State rng{};                     // saved from rank 0
+  std::map<std::string, std::string> meta{};  // saved from rank 0
 };
 
 // Collective over the `world` ranks (this one is `rank`); `barrier` is their group's barrier,
