@@ -48,7 +48,9 @@ TEST(TensorParallel, ColumnThenRowLinearEqualTheUnshardedPair) {
   // gather_output: the whole output on every rank.
   auto gathered = D::ColumnParallelLinear::from(a, world_group(), {.gather_output = true});
   EXPECT_LT(max_abs_diff((*gathered)(x), a(x)), 1e-6);
-  if (world() > 1) EXPECT_THROW(D::ColumnParallelLinear(8, 4 * world() + 1, world_group()), ValueError);
+  if (world() > 1) {
+    EXPECT_THROW(D::ColumnParallelLinear(8, 4 * world() + 1, world_group()), ValueError);
+  }
   // One seed, one layer: the default initialization is the unsharded layer's slice.
   manual_seed(4);
   nn::Linear full(8, 16);
@@ -203,7 +205,9 @@ TEST(TensorParallel, FsdpTimesTensorParallelOnATwoByTwoMesh) {
     // Exact up to round-off on the first step; later the two models have drifted by Adam's
     // amplified round-off (weights 1.6e-4 apart after 20 steps), their gradients with them.
     EXPECT_NEAR(n1, n2, (s == 0 ? 1e-5 : 1e-4) * n1) << "step " << s;
-    if (s == 0) EXPECT_GT(n1, 0.5);  // the clipping acts
+    if (s == 0) {
+      EXPECT_GT(n1, 0.5);  // the clipping acts
+    }
     opt.step();
     Tensor mean = l2.detach().reshape({1}).contiguous();
     mesh.group("dp")->all_reduce(mean, D::ReduceOp::avg);
