@@ -17,7 +17,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
-#include <tuple>
 #include <system_error>
 
 #include "ember/cuda.h"
@@ -104,13 +103,14 @@ void install_folder(const std::string& dir, const std::string& tmp, const std::s
   remove_quietly(aside);
 }
 
-StateDict meta_state(const Checkpoint& c) {
+// meta.safetensors' tensors (the plain and the sharded checkpoint's).
+StateDict meta_state(int64_t step, const Generator::State& rng) {
   StateDict m;
   m.set_int("format_version", kFormatVersion);
-  m.set_int("step", c.step);
+  m.set_int("step", step);
   // Generator state is unsigned; safetensors has no U64 that ember reads, so store the bits.
-  m.set_int("rng.seed", std::bit_cast<int64_t>(c.rng.seed));
-  m.set_int("rng.offset", std::bit_cast<int64_t>(c.rng.offset));
+  m.set_int("rng.seed", std::bit_cast<int64_t>(rng.seed));
+  m.set_int("rng.offset", std::bit_cast<int64_t>(rng.offset));
   return m;
 }
 
@@ -119,6 +119,36 @@ int64_t meta_int(const StateDict& m, const char* key, const std::string& file, s
   EMBER_CHECK(t != nullptr && t->dim() == 0 && t->dtype() == DType::i64, IOError, op, " ", file,
               ": missing or malformed entry '", key, "' (expected a 0-dim I64)");
   return t->item<int64_t>();
+}
+
+// meta.safetensors read back: its format version checked, step, RNG state, metadata.
+struct MetaFile {
+  StateDict tensors;
+  int64_t step = 0;
+  Generator::State rng;
+  Metadata metadata;
+};
+MetaFile read_meta(const std::string& file, std::string_view op) {
+  SafetensorsFile meta = detail::read_safetensors(file, Device::cpu(), op);
+  const int64_t version = meta_int(meta.tensors, "format_version", file, op);
+  EMBER_CHECK(version == kFormatVersion, IOError, op, " ", file, ": checkpoint format version ", version,
+              " is not the supported ", kFormatVersion);
+  MetaFile out;
+  out.step = meta_int(meta.tensors, "step", file, op);
+  out.rng.seed = std::bit_cast<uint64_t>(meta_int(meta.tensors, "rng.seed", file, op));
+  out.rng.offset = std::bit_cast<uint64_t>(meta_int(meta.tensors, "rng.offset", file, op));
+  out.tensors = std::move(meta.tensors);
+  out.metadata = std::move(meta.metadata);
+  return out;
+}
+
+// Writes `tensors` as the new file dir/name and makes it durable (the folder is synced later).
+void write_durable(const std::string& dir, std::string_view name, const StateDict& tensors, const Metadata& metadata,
+                   std::string_view op) {
+  detail::File f = detail::File::create(join_path(dir, name), std::string(op));
+  detail::write_safetensors(f, tensors, metadata, op);
+  f.sync();
+  f.close();
 }
 
 struct Part {
@@ -199,13 +229,11 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& ckpt, int 
   std::string final_path = join_path(dir, name);
   try {
     for (const Part& part : kParts) {
-      detail::File f = detail::File::create(join_path(tmp, part.file), std::string(op));
       if (part.member)
-        detail::write_safetensors(f, ckpt.*part.member, {}, op);
+        write_durable(tmp, part.file, ckpt.*part.member, {}, op);
       else
-        detail::write_safetensors(f, meta_state(ckpt), Metadata(ckpt.meta.begin(), ckpt.meta.end()), op);
-      f.sync();
-      f.close();
+        write_durable(tmp, part.file, meta_state(ckpt.step, ckpt.rng), Metadata(ckpt.meta.begin(), ckpt.meta.end()),
+                      op);
     }
     detail::sync_dir(tmp, op);
     // 2. Into place.
@@ -245,13 +273,9 @@ Checkpoint load_checkpoint(const std::string& path, Device device) {
       c.*part.member = detail::read_safetensors(file, device, op).tensors;
       continue;
     }
-    SafetensorsFile meta = detail::read_safetensors(file, Device::cpu(), op);
-    int64_t version = meta_int(meta.tensors, "format_version", file, op);
-    EMBER_CHECK(version == kFormatVersion, IOError, op, " ", file, ": checkpoint format version ",
-                version, " is not the supported ", kFormatVersion);
-    c.step = meta_int(meta.tensors, "step", file, op);
-    c.rng.seed = std::bit_cast<uint64_t>(meta_int(meta.tensors, "rng.seed", file, op));
-    c.rng.offset = std::bit_cast<uint64_t>(meta_int(meta.tensors, "rng.offset", file, op));
+    MetaFile meta = read_meta(file, op);
+    c.step = meta.step;
+    c.rng = meta.rng;
     c.meta.insert(meta.metadata.begin(), meta.metadata.end());
   }
   int64_t named = parse_step_name(fs::path(path).lexically_normal().filename().string());
@@ -408,29 +432,16 @@ std::string save_sharded_checkpoint(const std::string& dir, const ShardedCheckpo
       EMBER_CHECK(it != ckpt.state.layout.end(), ValueError, op, " rank ", rank, ": piece '", key, "' has no layout");
       layout[key] = encode_piece(it->second);
     }
-    detail::File f = detail::File::create(join_path(tmp, rank_file_name(rank, world)), std::string(op));
-    detail::write_safetensors(f, ckpt.state.pieces, layout, op);
-    f.sync();
-    f.close();
+    write_durable(tmp, rank_file_name(rank, world), ckpt.state.pieces, layout, op);
   }
   barrier();
   // 2-4. Rank 0: the rest, then into place, `latest`, pruning.
   if (rank == 0) {
     try {
-      StateDict m;
-      m.set_int("format_version", kFormatVersion);
-      m.set_int("step", ckpt.step);
-      m.set_int("rng.seed", std::bit_cast<int64_t>(ckpt.rng.seed));
-      m.set_int("rng.offset", std::bit_cast<int64_t>(ckpt.rng.offset));
+      StateDict m = meta_state(ckpt.step, ckpt.rng);
       m.set_int("world_size", world);
-      for (const auto& [file, content, metadata] :
-           {std::tuple<const char*, const StateDict*, Metadata>{"scheduler.safetensors", &ckpt.scheduler, {}},
-            {"meta.safetensors", &m, Metadata(ckpt.meta.begin(), ckpt.meta.end())}}) {
-        detail::File f = detail::File::create(join_path(tmp, file), std::string(op));
-        detail::write_safetensors(f, *content, metadata, op);
-        f.sync();
-        f.close();
-      }
+      write_durable(tmp, "scheduler.safetensors", ckpt.scheduler, {}, op);
+      write_durable(tmp, "meta.safetensors", m, Metadata(ckpt.meta.begin(), ckpt.meta.end()), op);
       detail::sync_dir(tmp, op);
       install_folder(dir, tmp, final_path, op);
     } catch (...) {
@@ -451,18 +462,14 @@ ShardedCheckpointReader::ShardedCheckpointReader(const std::string& path) : path
   EMBER_CHECK(st.type() == fs::file_type::directory, IOError, op, " ", path, ": no such checkpoint folder");
   const std::string meta_file = join_path(path, "meta.safetensors");
   EMBER_CHECK(fs::exists(meta_file, ec), IOError, op, " ", path, ": incomplete checkpoint, missing meta.safetensors");
-  SafetensorsFile meta = detail::read_safetensors(meta_file, Device::cpu(), op);
-  const int64_t version = meta_int(meta.tensors, "format_version", meta_file, op);
-  EMBER_CHECK(version == kFormatVersion, IOError, op, " ", meta_file, ": checkpoint format version ", version,
-              " is not the supported ", kFormatVersion);
+  MetaFile meta = read_meta(meta_file, op);
   EMBER_CHECK(meta.tensors.contains("world_size"), IOError, op, " ", path,
               ": not a sharded checkpoint (load it with load_checkpoint)");
   const int64_t world = meta_int(meta.tensors, "world_size", meta_file, op);
   EMBER_CHECK(world >= 1 && world < (1 << 20), IOError, op, " ", meta_file, ": world size ", world);
   world_ = int(world);
-  step_ = meta_int(meta.tensors, "step", meta_file, op);
-  rng_.seed = std::bit_cast<uint64_t>(meta_int(meta.tensors, "rng.seed", meta_file, op));
-  rng_.offset = std::bit_cast<uint64_t>(meta_int(meta.tensors, "rng.offset", meta_file, op));
+  step_ = meta.step;
+  rng_ = meta.rng;
   meta_.insert(meta.metadata.begin(), meta.metadata.end());
   const int64_t named = parse_step_name(fs::path(path).lexically_normal().filename().string());
   EMBER_CHECK(named < 0 || named == step_, IOError, op, " ", path, ": folder is named for step ", named,
