@@ -89,6 +89,19 @@ struct TpMlp : nn::Module {
 
 enum class Mode { local, ddp, zero1, fsdp, tp };
 
+// Milliseconds per step() over `steps` calls after `warmup`, every rank starting and ending
+// together.
+template <class Step>
+double ms_per_step(Step&& step, int steps, int warmup) {
+  auto group = distributed::default_group();
+  for (int i = 0; i < warmup; ++i) step();
+  group->barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) step();
+  group->barrier();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+}
+
 // Milliseconds per step over `steps` steps after `warmup` (the data is one fixed batch: the
 // input pipeline is not what is measured); fills `mem` after the last step.
 double time_steps(Mode mode, int64_t batch, int steps, int warmup, Memory* mem = nullptr) {
@@ -103,18 +116,13 @@ double time_steps(Mode mode, int64_t batch, int steps, int warmup, Memory* mem =
       loss.backward();
       opt.step();
     };
-    auto group = distributed::default_group();
-    for (int i = 0; i < warmup; ++i) step();
-    group->barrier();
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps; ++i) step();
-    group->barrier();
+    const double ms = ms_per_step(step, steps, warmup);
     if (mem) {
       mem->params = tensor_bytes(net.parameters(), false);
       mem->grads = tensor_bytes(net.parameters(), true);
       mem->optimizer = state_dict_bytes(opt.state_dict());
     }
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+    return ms;
   }
   Mlp net;
   std::optional<distributed::DistributedDataParallel> ddp;
@@ -138,13 +146,7 @@ double time_steps(Mode mode, int64_t batch, int steps, int warmup, Memory* mem =
     if (zero) zero->step();
     else opt->step();
   };
-  auto group = distributed::default_group();
-  for (int i = 0; i < warmup; ++i) step();
-  group->barrier();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < steps; ++i) step();
-  group->barrier();
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+  const double ms = ms_per_step(step, steps, warmup);
   if (mem) {
     const std::vector<Tensor> params = net.parameters();
     if (fsdp) {
