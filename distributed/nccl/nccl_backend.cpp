@@ -178,6 +178,29 @@ struct Comm {
     settle(rc, what, timeout);
   }
 
+  // ncclCommSplit of this communicator (the parent), to completion; returns the child (null for
+  // NCCL_SPLIT_NOCOLOR). Note [ncclCommSplit completes on the parent]: on a non-blocking parent
+  // NCCL answers ncclSuccess at once, runs the split as a job of the parent's (whose async state
+  // is ncclInProgress meanwhile: any other call on it is refused), and its thread stores the
+  // child's handle when the job ends. So the parent is polled even after ncclSuccess (the poll
+  // that finds the job done joins that thread), and the handle is read only then. Its slot is
+  // on the heap and leaked if the split fails or times out: NCCL's thread may still write it.
+  ncclComm_t split(int color, int key, ncclConfig_t* config, std::chrono::milliseconds timeout) {
+    auto slot = std::make_unique<ncclComm_t>(nullptr);
+    try {
+      ncclResult_t rc;
+      {
+        std::lock_guard lock(mu);
+        rc = ncclCommSplit(comm, color, key, slot.get(), config);
+      }
+      settle(rc == ncclSuccess ? ncclInProgress : rc, "ncclCommSplit", timeout);
+    } catch (...) {
+      (void)slot.release();
+      throw;
+    }
+    return *slot;
+  }
+
   // Waits until the non-blocking call `call`, which answered `rc`, is done (Invariants).
   // Throws DistributedError when it failed or is not done within `timeout`; the communicator
   // is then unusable (`failed`). Polls under mu, spins and sleeps without it.
@@ -410,16 +433,17 @@ class NcclProcessGroup final : public ProcessGroup {
                          [&](ncclComm_t* comm, ncclConfig_t* config) {
                            return ncclCommInitRankConfig(comm, size, unique_id(rank, broadcast_id), rank, config);
                          }) {}
-  // A subgroup: ncclCommSplit of `parent` (its mutex held for the call, Note [NCCL comm lock]).
+  // A subgroup: ncclCommSplit of `parent`, completed on the parent (Comm::split); the child's
+  // own state is then polled as any new communicator's.
   NcclProcessGroup(const std::shared_ptr<Comm>& parent, int color, int key, int rank, int size, int device,
                    std::chrono::milliseconds timeout)
       : NcclProcessGroup(rank, size, device, timeout, "ncclCommSplit", [&](ncclComm_t* comm, ncclConfig_t* config) {
-          std::lock_guard lock(parent->mu);
-          return ncclCommSplit(parent->comm, color, key, comm, config);
+          *comm = parent->split(color, key, config, timeout);
+          return *comm != nullptr ? ncclInProgress : ncclInternalError;  // null only if NCCL broke its contract
         }) {}
 
   // make(&comm, &config), the NCCL call named `call`, starts the non-blocking creation of the
-  // communicator.
+  // communicator: `comm` is set when it returns, usable once settle() finds it done.
   template <class Make>
   NcclProcessGroup(int rank, int size, int device, std::chrono::milliseconds timeout, const char* call, Make&& make)
       : ProcessGroup(rank, size),
@@ -432,7 +456,15 @@ class NcclProcessGroup final : public ProcessGroup {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     try {
-      comm_->run(call, timeout, [&] { return make(&comm_->comm, &config); });
+      // Without Comm::mu: nothing else can reach this communicator yet, and a split's make
+      // waits on its parent (Comm::split), which must not hold a lock across its sleeps.
+      ncclComm_t made = nullptr;
+      const ncclResult_t rc = make(&made, &config);
+      {
+        std::lock_guard lock(comm_->mu);
+        comm_->comm = made;
+      }
+      comm_->settle(rc, call, timeout);
       watchdog_ = std::make_unique<Watchdog>(comm_, device_);
     } catch (...) {
       // Nothing else holds the communicator yet; abort frees what a half-made one holds.
@@ -506,9 +538,7 @@ class NcclProcessGroup final : public ProcessGroup {
       return std::make_shared<NcclProcessGroup>(comm_, color, key, new_rank, new_size, device_, timeout());
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    ncclComm_t none = nullptr;
-    comm_->run("ncclCommSplit", timeout(),
-               [&] { return ncclCommSplit(comm_->comm, NCCL_SPLIT_NOCOLOR, key, &none, &config); });
+    (void)comm_->split(NCCL_SPLIT_NOCOLOR, key, &config, timeout());
     return nullptr;
   }
 
