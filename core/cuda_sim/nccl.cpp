@@ -12,6 +12,11 @@
 //   value); when the buffers are the same (in place) nothing moves.
 // - Arguments are checked as NCCL checks them: a null or destroyed communicator, a bad dtype or
 //   reduction, a null buffer with a nonzero count, a broadcast root other than 0.
+// - ncclCommSplit of a non-blocking communicator behaves as NCCL's (2.18 on; the first GPU run
+//   of the split found ember relying on more): it answers ncclSuccess with *newcomm null, the
+//   parent's async state stays ncclInProgress for one more poll, any other call on the parent
+//   meanwhile is refused (ncclInvalidUsage), and the poll of the parent that finds the split
+//   done stores the child's handle in *newcomm. A blocking parent splits at once.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -24,7 +29,13 @@
 
 struct ncclComm {
   int device = 0;
+  bool blocking = true;  // ncclConfig_t::blocking (1 without a config)
   bool finalized = false;
+  // A split in flight (non-blocking parent): delivered into *split_slot by the second poll.
+  bool split_pending = false;
+  int split_polls_left = 0;
+  ncclComm* split_child = nullptr;  // null for NCCL_SPLIT_NOCOLOR
+  ncclComm_t* split_slot = nullptr;
 };
 
 namespace {
@@ -43,6 +54,26 @@ bool live(const ncclComm* comm) {
   return g_live.count(comm) != 0;
 }
 
+// What NCCL checks before any call on a communicator.
+ncclResult_t usable(const std::string& name, const ncclComm* comm) {
+  if (comm == nullptr || !live(comm)) return fail(ncclInvalidArgument, name + ": invalid communicator");
+  if (comm->finalized) return fail(ncclInvalidUsage, name + ": communicator already finalized");
+  if (comm->split_pending)
+    return fail(ncclInvalidUsage, name + ": Attempt to use communicator before the previous operation returned ncclSuccess");
+  return ncclSuccess;
+}
+
+bool blocking(const ncclConfig_t* config) { return config == nullptr || config->blocking != 0; }
+
+ncclComm* make_comm(int device, const ncclConfig_t* config) {
+  auto* c = new ncclComm{};
+  c->device = device;
+  c->blocking = blocking(config);
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_live.insert(c);
+  return c;
+}
+
 size_t element_size(ncclDataType_t type) {
   switch (type) {
     case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
@@ -57,8 +88,7 @@ size_t element_size(ncclDataType_t type) {
 // recv in stream order.
 ncclResult_t collective(const char* name, const void* send, void* recv, size_t count, ncclDataType_t type,
                         ncclComm_t comm, cudaStream_t stream) {
-  if (comm == nullptr || !live(comm)) return fail(ncclInvalidArgument, std::string(name) + ": invalid communicator");
-  if (comm->finalized) return fail(ncclInvalidUsage, std::string(name) + ": communicator already finalized");
+  if (const ncclResult_t rc = usable(name, comm); rc != ncclSuccess) return rc;
   const size_t size = element_size(type);
   if (size == 0) return fail(ncclInvalidArgument, std::string(name) + ": invalid data type " + std::to_string(int(type)));
   if (count > 0 && (send == nullptr || recv == nullptr))
@@ -109,51 +139,66 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId, 
     return fail(ncclInvalidArgument, "config not initialized with NCCL_CONFIG_INITIALIZER");
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return fail(ncclUnhandledCudaError, "cudaGetDevice failed");
-  auto* c = new ncclComm{device, false};
-  std::lock_guard<std::mutex> lock(g_mu);
-  g_live.insert(c);
-  *comm = c;
+  *comm = make_comm(device, config);
   return ncclSuccess;
 }
 
 // A world of one splits into itself (any color) or nothing (NCCL_SPLIT_NOCOLOR).
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
   (void)key;
+  if (const ncclResult_t rc = usable("ncclCommSplit", comm); rc != ncclSuccess) return rc;
   if (newcomm == nullptr) return fail(ncclInvalidArgument, "ncclCommSplit: null newcomm");
   *newcomm = nullptr;
-  if (comm == nullptr || !live(comm)) return fail(ncclInvalidArgument, "ncclCommSplit: invalid communicator");
   const ncclConfig_t initialized = NCCL_CONFIG_INITIALIZER;
   if (config != nullptr && config->magic != initialized.magic)
     return fail(ncclInvalidArgument, "ncclCommSplit: config not initialized with NCCL_CONFIG_INITIALIZER");
-  if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
-  if (color < 0) return fail(ncclInvalidArgument, "ncclCommSplit: negative color " + std::to_string(color));
-  auto* c = new ncclComm{comm->device, false};
-  std::lock_guard<std::mutex> lock(g_mu);
-  g_live.insert(c);
-  *newcomm = c;
-  return ncclSuccess;
+  if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+    return fail(ncclInvalidArgument, "ncclCommSplit: negative color " + std::to_string(color));
+  ncclComm* child = color == NCCL_SPLIT_NOCOLOR ? nullptr : make_comm(comm->device, config);
+  if (comm->blocking) {
+    *newcomm = child;
+    return ncclSuccess;
+  }
+  comm->split_pending = true;
+  comm->split_polls_left = 1;
+  comm->split_child = child;
+  comm->split_slot = newcomm;
+  return ncclSuccess;  // as NCCL: the split runs on, the parent's async state says when it is done
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* state) {
   if (comm == nullptr || !live(comm) || state == nullptr)
     return fail(ncclInvalidArgument, "ncclCommGetAsyncError: invalid communicator");
-  *state = ncclSuccess;  // every call completed before it returned
+  *state = ncclSuccess;  // every other call completed before it returned
+  if (comm->split_pending) {
+    if (comm->split_polls_left-- > 0) {
+      *state = ncclInProgress;
+    } else {
+      *comm->split_slot = comm->split_child;
+      comm->split_pending = false;
+      comm->split_child = nullptr;
+      comm->split_slot = nullptr;
+    }
+  }
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
-  if (comm == nullptr || !live(comm)) return fail(ncclInvalidArgument, "ncclCommFinalize: invalid communicator");
-  if (comm->finalized) return fail(ncclInvalidUsage, "ncclCommFinalize: already finalized");
+  if (const ncclResult_t rc = usable("ncclCommFinalize", comm); rc != ncclSuccess) return rc;
   comm->finalized = true;
   return ncclSuccess;
 }
 
 static ncclResult_t release(const char* name, ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;  // as NCCL: destroying a null communicator is a no-op
+  ncclComm* undelivered = nullptr;  // a split in flight dies with its parent
   {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_live.erase(comm) == 0) return fail(ncclInvalidArgument, std::string(name) + ": invalid communicator");
+    undelivered = comm->split_child;
+    if (undelivered != nullptr) g_live.erase(undelivered);
   }
+  delete undelivered;
   delete comm;
   return ncclSuccess;
 }
