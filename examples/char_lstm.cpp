@@ -116,8 +116,12 @@ int main(int argc, char** argv) {
     const Tensor train = as_streams(text.substr(0, split), cfg.batch).to(dev);
     const Tensor val = as_streams(text.substr(split), cfg.batch).to(dev);
     const int64_t T = cfg.seq_len, windows = (train.size(1) - 1) / T;
-    EMBER_CHECK(windows > 0 && (val.size(1) - 1) / T >= cfg.eval_batches, ValueError,
-                "[char_lstm] the corpus is too small for --batch ", cfg.batch, " --seq-len ", T);
+    const int64_t val_windows = (val.size(1) - 1) / T;
+    EMBER_CHECK(windows > 0 && val_windows > 0, ValueError, "[char_lstm] the corpus is too small for --batch ",
+                cfg.batch, " --seq-len ", T);
+    EMBER_CHECK(val_windows >= cfg.eval_batches, ValueError, "[char_lstm] --eval-batches ", cfg.eval_batches,
+                " is more than the ", val_windows, " windows of --seq-len ", T,
+                " the validation split holds at --batch ", cfg.batch);
     std::printf("corpus: %zu bytes (train %zu, validation %zu); %lld streams of %lld bytes\n",
                 text.size(), split, text.size() - split, (long long)cfg.batch, (long long)train.size(1));
 

@@ -162,6 +162,13 @@ int train(const Config& cfg) {
   // --ddp/--fsdp/--tp: distributed owns the choice of this rank's GPU (the one its NCCL group is on).
   const DeviceType kind = cfg.device == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
   const Device dev = parallel ? distributed::local_device(kind) : Device(kind, 0);
+  // Where the run will write, checked before the model is built or a step taken.
+  const std::string out_dir = !cfg.out.empty() ? cfg.out : !cfg.checkpoint.empty() ? cfg.checkpoint : "runs/gpt";
+  if (rank == 0) {
+    examples::prepare_output_folder("gpt", cfg.out.empty() && !cfg.checkpoint.empty() ? "--checkpoint" : "--out", out_dir);
+    if (!cfg.save_pretrained.empty()) examples::prepare_output_folder("gpt", "--save-pretrained", cfg.save_pretrained);
+  }
+  if (!cfg.checkpoint.empty()) examples::prepare_output_folder("gpt", "--checkpoint", cfg.checkpoint);
   // --tp N: a (ranks / N) x N mesh; the N ranks of a "tp" row hold one model split between
   // them and read the same batches; the "dp" axis is data parallel (--ddp or --fsdp).
   std::optional<distributed::DeviceMesh> mesh;
@@ -365,7 +372,6 @@ int train(const Config& cfg) {
                   cfg.tokenizer.c_str());
   }
 
-  const std::string out_dir = !cfg.out.empty() ? cfg.out : !cfg.checkpoint.empty() ? cfg.checkpoint : "runs/gpt";
   std::optional<examples::MetricsLog> metrics;
   if (rank == 0)
     metrics.emplace(out_dir, std::vector<std::string>{"step", "train_loss", "val_loss", "lr", "grad_norm", "ms",
@@ -636,10 +642,5 @@ int main(int argc, char** argv) {
       return rc;
     });
   }
-  try {
-    return cfg.generate ? generate(cfg) : train(cfg);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "gpt: %s\n", e.what());
-    return 1;
-  }
+  return ember::examples::exit_code_of("gpt", [&] { return cfg.generate ? generate(cfg) : train(cfg); });
 }

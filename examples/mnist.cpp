@@ -120,6 +120,10 @@ int run(const Config& cfg) {
   const DeviceType kind = cfg.device == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
   const Device dev = parallel ? distributed::local_device(kind) : Device(kind, 0);
   manual_seed(cfg.seed);
+  const std::string out_dir = !cfg.out.empty() ? cfg.out : !cfg.checkpoint.empty() ? cfg.checkpoint : "runs/mnist";
+  // Where the run will write, checked before any data is read or step taken.
+  if (rank == 0) examples::prepare_output_folder("mnist", cfg.out.empty() && !cfg.checkpoint.empty() ? "--checkpoint" : "--out", out_dir);
+  if (!cfg.checkpoint.empty()) examples::prepare_output_folder("mnist", "--checkpoint", cfg.checkpoint);
 
   // ---- data ----
   std::unique_ptr<data::MNIST> train_set, test_set;
@@ -296,7 +300,6 @@ int run(const Config& cfg) {
     io::save_checkpoint(cfg.checkpoint, ckpt);
   };
 
-  const std::string out_dir = !cfg.out.empty() ? cfg.out : !cfg.checkpoint.empty() ? cfg.checkpoint : "runs/mnist";
   std::optional<examples::MetricsLog> metrics;  // rank 0 only
   if (rank == 0)
     metrics.emplace(out_dir,
@@ -497,10 +500,5 @@ int main(int argc, char** argv) {
       return rc;
     });
   }
-  try {
-    return run(cfg);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "mnist: %s\n", e.what());
-    return 1;
-  }
+  return ember::examples::exit_code_of("mnist", [&] { return run(cfg); });
 }

@@ -186,8 +186,8 @@ int main(int argc, char** argv) {
                 "\"tokens_per_s\": %.0f, \"steps\": %lld, \"device\": \"%s\"}\n",
                 last_loss, acc, acc_unmasked, tokens_per_s, (long long)cfg.steps, cfg.device.c_str());
     return 0;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+  } catch (const std::exception& e) {  // ember's errors and any other (never std::terminate's SIGABRT)
+    std::fprintf(stderr, "transformer_encoder: %s\n", e.what());
     return 1;
   }
 }

@@ -37,11 +37,13 @@ namespace {
 using namespace ember::tools;
 
 // A CLI11 check that accepts what parse_count accepts ("124M", "1.5B", "7e9").
-CLI::Validator count_validator(const char* what) {
+// `what` and its examples name the flag's own kind of number: "--layers -1" is answered with
+// layer counts, not with parameter counts.
+CLI::Validator count_validator(const char* what, const char* examples) {
   return CLI::Validator(
-      [what](std::string& s) -> std::string {
+      [what, examples](std::string& s) -> std::string {
         if (parse_count(s)) return {};
-        return "'" + s + "' is not " + what + " (examples: 124M, 1.5B, 7e9, 8k, 4096)";
+        return "'" + s + "' is not " + what + ": a positive number (examples: " + examples + ")";
       },
       "COUNT");
 }
@@ -134,7 +136,7 @@ int main(int argc, char** argv) {
   bool no_master = false;
   auto* estimate = app.add_option("--estimate", params_text,
                                   "estimate training memory for this many parameters")
-                       ->check(count_validator("a parameter count"));
+                       ->check(count_validator("a parameter count", "124M, 1.5B, 7e9"));
   app.add_option("--dtype", dtype_text, "parameter dtype: f32, bf16 or f16 (default f32)")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}))
       ->needs(estimate);
@@ -143,22 +145,22 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"adamw", "adam", "sgd", "sgd-momentum"}))
       ->needs(estimate);
   app.add_option("--batch-tokens", tokens_text, "tokens per step (batch x sequence length)")
-      ->check(count_validator("a token count"))
+      ->check(count_validator("a token count", "8k, 524288"))
       ->needs(estimate);
   app.add_option("--layers", layers_text, "transformer layers")
-      ->check(count_validator("a layer count"))
+      ->check(count_validator("a layer count", "12, 48"))
       ->needs(estimate);
   app.add_option("--hidden", hidden_text, "hidden size")
-      ->check(count_validator("a hidden size"))
+      ->check(count_validator("a hidden size", "768, 4096"))
       ->needs(estimate);
   app.add_option("--seq-len", seq_text, "sequence length (with --heads: unfused attention scores)")
-      ->check(count_validator("a sequence length"))
+      ->check(count_validator("a sequence length", "1024, 4k"))
       ->needs(estimate);
   app.add_option("--heads", heads_text, "attention heads (with --seq-len)")
-      ->check(count_validator("a head count"))
+      ->check(count_validator("a head count", "12, 32"))
       ->needs(estimate);
   app.add_option("--vocab", vocab_text, "vocabulary size (adds the f32 logits)")
-      ->check(count_validator("a vocabulary size"))
+      ->check(count_validator("a vocabulary size", "50257, 32k"))
       ->needs(estimate);
   app.add_flag("--no-master-weights", no_master, "bf16/f16 params without an f32 master copy")
       ->needs(estimate);

@@ -5,11 +5,18 @@
 // false). These keep its names in the help text (INT:POSITIVE) and say what the option needs.
 #pragma once
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <ember/error.h>
 
 namespace ember::examples {
 
@@ -38,5 +45,41 @@ inline const CLI::Validator NonNegativeNumber =
 inline const CLI::Validator FinitePositiveNumber =
     detail::number_check([](double v) { return std::isfinite(v) && v > 0; }, "a finite positive number",
                          "POSITIVE");
+
+// A program's last line: any exception leaving `body` (ember's, std::filesystem's, bad_alloc)
+// ends it with exit code 1 and one message "program: what", never with std::terminate's SIGABRT.
+template <class F>
+int exit_code_of(const char* program, F&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+  } catch (...) {
+    std::fprintf(stderr, "%s: stopped by an exception of unknown type\n", program);
+  }
+  return 1;
+}
+
+// Makes `path`, the folder an output flag names, and checks that the program can write there,
+// before any training is spent: a file in its place, a folder that cannot be made (under /proc,
+// a missing permission) or written is an IOError naming the flag.
+inline void prepare_output_folder(const char* program, const char* flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto fail = [&](const std::string& why) {
+    throw IOError(str("[", program, "] ", flag, " ", path, ": ", why));
+  };
+  if (fs::exists(path, ec) && !fs::is_directory(path, ec)) fail("exists and is not a folder");
+  fs::create_directories(path, ec);
+  if (ec) fail("cannot create the folder (" + ec.message() + ")");
+  const std::string probe = path + "/.ember-write-probe-" + std::to_string(::getpid());
+  bool writable = false;
+  {
+    std::ofstream f(probe, std::ios::binary | std::ios::trunc);
+    writable = f.good() && (f << 'x').good();
+  }
+  fs::remove(probe, ec);
+  if (!writable) fail("cannot write in the folder");
+}
 
 }  // namespace ember::examples

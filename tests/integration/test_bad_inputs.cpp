@@ -302,6 +302,42 @@ TEST_F(BadInputs, GarbageCheckpointOnResume) {
                        "a checkpoint of garbage files");
 }
 
+// ---- output paths: checked before any training, refused with exit code 1 and the flag named
+// (a std::filesystem error once escaped main: SIGABRT, after the training had run) ----
+
+TEST_F(BadInputs, OutputPathsThatCannotBeWritten) {
+  const fs::path file = root_ / "a-file";
+  put(file, "not a folder");
+  const std::string mnist_bin = std::string(EMBER_BIN_DIR) + "/mnist";
+  const std::string gpt_bin = std::string(EMBER_BIN_DIR) + "/gpt";
+  const std::vector<std::string> base = {"--data", data().string(), "--max-steps", "1", "--workers", "0"};
+  struct Case {
+    std::string program;
+    std::vector<std::string> args;
+    std::string must_mention;
+  };
+  std::vector<Case> cases = {
+      {mnist_bin, {"--out", file.string()}, "--out " + file.string() + ": exists and is not a folder"},
+      {mnist_bin, {"--out", "/proc/ember-no-such-folder"}, "--out /proc/ember-no-such-folder: cannot create"},
+      {mnist_bin, {"--out", (root_ / "out").string(), "--checkpoint", file.string()}, "--checkpoint " + file.string()},
+      // gpt checks its paths before it reads any data or builds the model.
+      {gpt_bin, {"--out", file.string()}, "--out " + file.string()},
+      {gpt_bin, {"--out", (root_ / "gout").string(), "--checkpoint", (file / "sub").string()}, "--checkpoint"},
+      {gpt_bin, {"--out", (root_ / "gout").string(), "--save-pretrained", file.string()}, "--save-pretrained"},
+  };
+  for (Case& c : cases) {
+    std::vector<std::string> args = c.args;
+    if (c.program == mnist_bin) args.insert(args.end(), base.begin(), base.end());
+    const ProcRun r = run_program(c.program, args);
+    std::string what = c.program;
+    for (const auto& a : args) what += " " + a;
+    expect_clean_failure(r, c.must_mention, what);
+    EXPECT_EQ(r.exit_code, 1) << what << "\n" << r.output;
+    // mnist's progress line ("epoch 1/1 [...]") would come first had it trained before refusing.
+    EXPECT_EQ(r.output.find("epoch 1/"), std::string::npos) << "trained before refusing: " << r.output;
+  }
+}
+
 // ---- flags ----
 
 // CLI11 saturates 99999999999999999999 to INT64_MAX; a batch larger than the training set once
@@ -364,4 +400,6 @@ INSTANTIATE_TEST_SUITE_P(
         FlagCase{"ember-info", {"--estimate", "124M", "--dtype", "f8"}, "--dtype"},
         FlagCase{"ember-info", {"--estimate", "124M", "--optimizer", "lion"}, "--optimizer"},
         FlagCase{"ember-info", {"--estimate", "124M", "--layers", "many"}, "--layers"},
+        // Examples of the flag's own kind of number, not parameter counts.
+        FlagCase{"ember-info", {"--estimate", "124M", "--layers", "-1"}, "is not a layer count: a positive number (examples: 12, 48)"},
         FlagCase{"ember-info", {"--no-such-flag"}, "--no-such-flag"}));
