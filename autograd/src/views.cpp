@@ -149,8 +149,9 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   const int64_t d = wrap_dim(dim, x.dim(), "narrow");
   const int64_t n = x.sizes()[d];
   if (start < 0) start += n;
-  EMBER_CHECK(start >= 0 && length >= 0 && start + length <= n, IndexError, "[narrow] range [",
-              start, ", ", start + length, ") is out of bounds for dim ", d, " of size ", n);
+  // `length <= n - start`, not `start + length <= n`: the sum of two huge values wraps negative.
+  EMBER_CHECK(start >= 0 && start <= n && length >= 0 && length <= n - start, IndexError, "[narrow] start ",
+              start, " and length ", length, " are out of bounds for dim ", d, " of size ", n);
   return slice(x, d, start, start + length, 1);
 }
 
@@ -179,19 +180,28 @@ Tensor expand(const Tensor& x, const Shape& shape) {
   Shape sizes(n), strides(n);
   for (size_t i = 0; i < n; ++i) {
     if (i < n - xd) {
-      EMBER_CHECK(shape[i] >= 0, ShapeError, "[expand] -1 is not allowed for new leading dim ",
-                  int64_t(i), " in ", shape);
+      EMBER_CHECK(shape[i] >= 0, ShapeError, "[expand] size ", shape[i], " is not allowed for new leading dim ",
+                  int64_t(i), " in ", shape, " (sizes are >= 0; -1 keeps an existing dim only)");
       sizes[i] = shape[i];
       strides[i] = 0;
       continue;
     }
     size_t j = i - (n - xd);
     int64_t have = x.sizes()[j], want = shape[i] == -1 ? have : shape[i];
+    EMBER_CHECK(want >= 0, ShapeError, "[expand] size ", want, " at dim ", int64_t(i), " of ", shape,
+                " is negative (-1 keeps the dim's size)");
     EMBER_CHECK(have == want || have == 1, ShapeError, "[expand] cannot expand shape ", x.sizes(),
                 " to ", shape, " (dim ", int64_t(i), ": ", have, " vs ", want, ")");
     sizes[i] = want;
     strides[i] = have == want ? x.strides()[j] : 0;
   }
+  // A view whose element count passes int64 would be indexed with wrapped offsets (sums of 0
+  // or NaN): refused here, naming expand, as a factory refuses such a shape.
+  int64_t count = 1;
+  bool overflow = false;
+  for (int64_t s : sizes) overflow |= __builtin_mul_overflow(count, s, &count);
+  EMBER_CHECK(!overflow || std::find(sizes.begin(), sizes.end(), int64_t(0)) != sizes.end(),
+              ShapeError, "[expand] the shape ", shape, " has more than 2^63 elements");
   if (sizes == x.sizes()) return x;
   return record("expand", raw_view(x, sizes, strides, x.storage_offset()), {x},
                 [in = x.sizes()](const Tensor& g) -> TensorList { return {sum_to(g, in)}; });

@@ -244,6 +244,29 @@ TEST(Views, NarrowSliceSelect) {
   EXPECT_THROW(x.select(0, -5), IndexError);
 }
 
+// PyTorch refuses each; a wrapped size or element count used to give an empty view or a sum
+// of 0 or NaN.
+TEST(Views, SizesThatAreNegativeOrOverflowAreRefused) {
+  Tensor c = tensor<double>({1, 2, 3}, {3, 1});
+  EXPECT_NE(message_of<ShapeError>([&] { c.expand({3, -2}); }).find("[expand] size -2"), std::string::npos);
+  EXPECT_NE(message_of<ShapeError>([&] { c.expand({-3, 3, 4}); }).find("[expand] size -3"), std::string::npos);
+  const int64_t big = int64_t(1) << 40;
+  EXPECT_NE(message_of<ShapeError>([&] { c.expand({big, 3, big}); }).find("[expand] the shape"), std::string::npos);
+  Tensor one = ones({1, 1});
+  EXPECT_NE(message_of<ShapeError>([&] { one.expand({int64_t(1) << 62, 4}); }).find("more than 2^63 elements"),
+            std::string::npos);
+  // An empty dim makes any other size fine, as for a factory.
+  EXPECT_EQ(one.expand({0, big}).numel(), 0);
+  EXPECT_EQ(c.expand({big, 3, 1}).size(0), big);  // 2^40 x 3 elements: a valid view of 3 values
+  Tensor v = arange(10);
+  const int64_t huge = std::numeric_limits<int64_t>::max();
+  EXPECT_NE(message_of<IndexError>([&] { v.narrow(0, 2, huge); }).find("[narrow] start 2 and length"),
+            std::string::npos);
+  EXPECT_THROW(v.narrow(0, 11, 0), IndexError);
+  EXPECT_EQ(v.narrow(0, 10, 0).numel(), 0);
+  EXPECT_EQ(v.narrow(0, -3, 3).to_vector<int64_t>(), (std::vector<int64_t>{7, 8, 9}));
+}
+
 TEST(Views, ExpandSqueezeUnsqueezeFlatten) {
   Tensor c = tensor<double>({1, 2, 3}, {3, 1});
   Tensor e = c.expand({2, 3, 4});
