@@ -3,6 +3,7 @@
 // weights, [N, C, d1, d2], probability targets with label smoothing; forward and gradients,
 // on strided (non-contiguous) inputs. Then gradcheck (f64), the modules, the errors, and the
 // CUDA results against the CPU.
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -256,6 +257,28 @@ TEST(Losses, ModulesMatchFunctional) {
   // A loss module has no one-argument forward.
   nn::Module& m = ce;
   EXPECT_NE(message_of<NotImplementedError>([&] { m(a); }).find("[CrossEntropyLoss] has no forward"),
+            std::string::npos);
+}
+
+// PyTorch refuses what the formula would turn into NaN and huge gradients, and names the loss
+// (not the gather underneath) for a target out of range.
+TEST(Losses, OutOfRangeInputsAndTargetsAreRefusedNamingTheLoss) {
+  const Tensor t = rand({2, 3});
+  for (double bad : {-0.5, 1.5, std::nan("")}) {
+    Tensor x = full({2, 3}, 0.5);
+    x.narrow(1, 2, 1).fill_(bad);
+    const std::string msg = message_of<ValueError>([&] { F::binary_cross_entropy(x, t); });
+    EXPECT_NE(msg.find("[binary_cross_entropy] all elements of input should be between 0 and 1"), std::string::npos)
+        << bad << ": " << msg;
+  }
+  // The bounds themselves are probabilities: log(0) is clamped to -100 as in PyTorch.
+  EXPECT_TRUE(std::isfinite(F::binary_cross_entropy(tensor<float>({0.0f, 1.0f}), tensor<float>({1.0f, 0.0f})).item<double>()));
+  const Tensor logp = log_softmax(randn({3, 5}), 1);
+  const std::string msg = message_of<IndexError>([&] { F::nll_loss(logp, tensor<int64_t>({0, 7, 2})); });
+  EXPECT_NE(msg.find("[nll_loss] target 7 at position 1 is out of bounds for 5 classes"), std::string::npos) << msg;
+  // An ignored entry may hold any value; a negative target that is not ignore_index may not.
+  EXPECT_NO_THROW(F::nll_loss(logp, tensor<int64_t>({0, -100, 2})));
+  EXPECT_NE(message_of<IndexError>([&] { F::nll_loss(logp, tensor<int64_t>({0, -1, 2})); }).find("[nll_loss] target -1"),
             std::string::npos);
 }
 
