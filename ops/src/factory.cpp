@@ -44,7 +44,11 @@ Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<TensorOptions
               ") cannot be reached with step ", s);
   int64_t n = 0;
   if (any_float) {
-    n = int64_t(std::ceil((b - a) / s));
+    // Before the cast: ceil(1e300) or inf as int64 is undefined (it came out negative).
+    const double count = std::ceil((b - a) / s);
+    EMBER_CHECK(std::isfinite(count) && count < 0x1p63, ValueError, "[arange] range [", a, ", ", b,
+                ") with step ", s, " has ", count, " elements, more than a tensor can hold");
+    n = int64_t(count);
   } else {  // exact: f64 cannot hold every int64 bound (PyTorch subtracts in int64 too)
     const int64_t ia = start.to_int(), ib = end.to_int(), is = step.to_int();
     const int64_t span = is > 0 ? ib - ia : ia - ib, stride = is > 0 ? is : -is;

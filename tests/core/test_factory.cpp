@@ -2,6 +2,7 @@
 // the seeded Philox RNG, and what naming a CUDA device does without one.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <set>
 
@@ -50,6 +51,14 @@ TEST(Factory, ZerosOnesFullEmpty) {
   Tensor s = scalar_tensor(3.5, DType::f64);
   EXPECT_EQ(s.dim(), 0);
   EXPECT_EQ(s.item<double>(), 3.5);
+}
+
+TEST(Factory, ArangeOfMoreElementsThanATensorHoldsIsRefused) {
+  for (double end : {1e300, std::numeric_limits<double>::infinity()}) {
+    const std::string msg = test::message_of<ValueError>([&] { arange(0.0, end); });
+    EXPECT_NE(msg.find("[arange] range [0, "), std::string::npos) << msg;
+    EXPECT_NE(msg.find("more than a tensor can hold"), std::string::npos) << msg;
+  }
 }
 
 TEST(Factory, Arange) {
