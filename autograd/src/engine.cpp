@@ -21,6 +21,16 @@ namespace ember::autograd {
 namespace {
 std::atomic<uint64_t> next_sequence_nr{0};
 
+// A gradient hook may replace the values of a gradient, not its shape, dtype or device (as
+// PyTorch); named here, not by whichever op would meet the mismatch later ("[reshape]").
+Tensor checked_hook_result(Tensor r, const Tensor& g, const std::string& of) {
+  EMBER_CHECK(r.sizes() == g.sizes() && r.dtype() == g.dtype() && r.device() == g.device(), ValueError,
+              "[backward] a gradient hook of ", of, " returned a ", r.dtype(), " gradient of shape ", r.sizes(),
+              " on ", r.device(), " for a ", g.dtype(), " gradient of shape ", g.sizes(), " on ", g.device(),
+              " (a hook may change the values, not the shape, dtype or device)");
+  return r;
+}
+
 Tensor ones_like_(const Tensor& t) {
   Tensor o = ember::detail::make_tensor(t.sizes(), t.dtype(), t.device());
   ops::fill_(o, 1);
@@ -139,7 +149,7 @@ TensorList run_backward(const std::vector<std::shared_ptr<Node>>& roots, TensorL
     if (g.defined()) {
       for (auto& hook : n->pre_hooks) {
         Tensor r = hook(g);
-        if (r.defined()) g = std::move(r);
+        if (r.defined()) g = checked_hook_result(std::move(r), g, std::string("the output of ") + n->name());
       }
     }
     if (auto it = capture_index.find(n); it != capture_index.end()) captured[it->second] = g;
@@ -196,7 +206,7 @@ TensorList AccumulateGrad::apply(Tensor grad) {
   AutogradMeta& meta = leaf_.impl()->autograd_meta();
   for (auto& hook : meta.hooks) {
     Tensor r = hook(grad);
-    if (r.defined()) grad = std::move(r);
+    if (r.defined()) grad = checked_hook_result(std::move(r), grad, "a leaf");
   }
   Tensor& acc = meta.grad;
   if (!acc.defined()) {

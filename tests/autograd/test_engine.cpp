@@ -188,6 +188,22 @@ TEST(Engine, TensorHooks) {
   EXPECT_THROW(ones_f64({1}).register_hook([](const Tensor& g) { return g; }), AutogradError);
 }
 
+// A hook may change a gradient's values, not its shape: named as the hook's fault, not by the
+// op that would meet the mismatch later ("[reshape]").
+TEST(Engine, HooksReturningAnotherShapeAreRefusedNamingTheHook) {
+  Tensor x = leaf({1, 2});
+  x.register_hook([](const Tensor& g) { return g.sum(); });
+  std::string msg = message_of<ValueError>([&] { (x * x).sum().backward(); });
+  EXPECT_NE(msg.find("[backward] a gradient hook of a leaf returned"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("shape []"), std::string::npos) << msg;
+  Tensor a = leaf({1, 2, 3, 4});
+  Tensor h = a * 3;
+  h.register_hook([](const Tensor& g) { return g.reshape({2, 2}); });
+  msg = message_of<ValueError>([&] { h.sum().backward(); });
+  EXPECT_NE(msg.find("[backward] a gradient hook of the output of mul"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("shape [2, 2]"), std::string::npos) << msg;
+}
+
 TEST(Engine, PostAccumulateGradHooks) {
   Tensor w = leaf({1, 2, 3});
   int calls = 0;
