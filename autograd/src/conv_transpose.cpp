@@ -21,6 +21,14 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
               "[conv1d] expected a 2-D [C, L] or 3-D [N, C, L] input, got shape ", x.sizes());
   EMBER_CHECK(weight.dim() == 3, ShapeError, "[conv1d] expected a 3-D weight [out_channels, in_channels / groups, "
               "kernel_size], got shape ", weight.sizes());
+  // Checked here, in conv1d's terms: conv2d would name itself and the [1, stride] it was given.
+  EMBER_CHECK(stride >= 1 && dilation >= 1 && padding >= 0 && groups >= 1, ValueError,
+              "[conv1d] stride (", stride, ") and dilation (", dilation, ") must be >= 1, padding (", padding,
+              ") >= 0 and groups (", groups, ") >= 1");
+  const int64_t channels = x.sizes()[x.dim() - 2];
+  EMBER_CHECK(weight.sizes()[0] % groups == 0 && channels == weight.sizes()[1] * groups, ShapeError,
+              "[conv1d] input with ", channels, " channels and weight of shape ", weight.sizes(), " with groups ",
+              groups, " do not fit (expected in_channels = weight.size(1) * groups and out_channels % groups == 0)");
   if (x.dim() == 2) return squeeze(conv1d(unsqueeze(x, 0), weight, bias, stride, padding, dilation, groups), 0);
   const Tensor y = conv2d(unsqueeze(x, 2), unsqueeze(weight, 2), bias, {1, stride}, {0, padding}, {1, dilation}, groups);
   return squeeze(y, 2);

@@ -2,6 +2,7 @@
 // (tests/fixtures/pool_reference.txt from make_pool_fixtures.py, torch 1.13, f64): forward
 // and the gradients of sum(y * gy) for every case, from non-contiguous inputs; then the
 // modules (names, shapes, defaults) and a CUDA body per module.
+#include <array>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -107,6 +108,20 @@ TEST(PoolTorch, ConvVariants) {
              [](const TensorList& t) { return F::conv2d(t[0], t[1], t[2], {1, 1}, {2, 2}, {2, 2}, 4); });
   check_case("conv2d.g2_s2_d23", 2,
              [](const TensorList& t) { return F::conv2d(t[0], t[1], Tensor(), {2, 2}, {1, 3}, {2, 3}, 2); });
+}
+
+// conv1d runs through conv2d; its refusals name conv1d and the arguments the user passed.
+TEST(PoolTorch, Conv1dArgumentErrorsNameConv1d) {
+  const Tensor x = randn({2, 4, 9}), w = randn({6, 2, 3});
+  for (auto [stride, padding, dilation, groups] :
+       {std::array<int64_t, 4>{0, 0, 1, 2}, {1, -1, 1, 2}, {1, 0, 0, 2}, {1, 0, 1, 0}}) {
+    const std::string msg =
+        test::message_of<ValueError>([&] { F::conv1d(x, w, Tensor(), stride, padding, dilation, groups); });
+    EXPECT_EQ(msg.rfind("[conv1d] stride (" + std::to_string(stride) + ")", 0), 0u) << msg;
+  }
+  const std::string msg = test::message_of<ShapeError>([&] { F::conv1d(x, w, Tensor(), 1, 0, 1, 1); });
+  EXPECT_EQ(msg.rfind("[conv1d] input with 4 channels and weight of shape [6, 2, 3] with groups 1", 0), 0u) << msg;
+  EXPECT_EQ(F::conv1d(x, w, Tensor(), 2, 1, 1, 2).sizes(), Shape({2, 6, 5}));
 }
 
 TEST(PoolLayers, ModulesMatchPyTorchShapesNamesAndInit) {
