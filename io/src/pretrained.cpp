@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <string_view>
 #include <system_error>
@@ -203,6 +204,24 @@ std::unique_ptr<nn::GPT> gpt2_from_pretrained(const std::string& dir, Device dev
   nn::GPTConfig c = read_config(config_file);
   c.dropout = float(dropout);
   SafetensorsFile file = detail::read_safetensors(weights_file, Device::cpu(), kLoad);
+  const auto throw_misfit = [&](const std::string& file_name, const Shape& have, const Shape& want) {
+    throw ShapeError(str(kLoad, " ", weights_file, ": tensor '", file_name, "' has shape ", have,
+                         " but the config (n_layer ", c.n_layer, ", n_head ", c.n_head, ", n_embd ", c.n_embd,
+                         ", n_positions ", c.block_size, ", vocab_size ", c.vocab_size, ") needs ", want));
+  };
+  // The embeddings and the layer count against the config before the model is built: a config
+  // claiming n_positions 10^12 (or 10^9 layers) would otherwise first ask for terabytes.
+  int64_t layers_in_file = 0;
+  for (const auto& [name, t] : file.tensors) {
+    const std::string key = name.starts_with(kPrefix) ? name.substr(kPrefix.size()) : name;
+    if (key.starts_with("h.")) layers_in_file = std::max<int64_t>(layers_in_file, std::atoll(key.c_str() + 2) + 1);
+    if (key == "wte.weight" && t.sizes() != Shape{c.vocab_size, c.n_embd})
+      throw_misfit(name, t.sizes(), Shape{c.vocab_size, c.n_embd});
+    if (key == "wpe.weight" && t.sizes() != Shape{c.block_size, c.n_embd})
+      throw_misfit(name, t.sizes(), Shape{c.block_size, c.n_embd});
+  }
+  if (c.n_layer > layers_in_file)
+    bad_field(config_file, "n_layer", str("is ", c.n_layer, " but ", weights_file, " holds ", layers_in_file, " layers"));
 
   // Every parameter is overwritten below: construct without the random init (faster, and the
   // user's random stream does not move).
@@ -258,11 +277,7 @@ std::unique_ptr<nn::GPT> gpt2_from_pretrained(const std::string& dir, Device dev
     }
     const Source& src = it->second;
     const Shape want = hf_shape(name, p, c);
-    if (src.tensor.sizes() != want)
-      throw ShapeError(str(kLoad, " ", weights_file, ": tensor '", src.file_name, "' has shape ",
-                           src.tensor.sizes(), " but the config (n_layer ", c.n_layer, ", n_head ", c.n_head,
-                           ", n_embd ", c.n_embd, ", n_positions ", c.block_size, ", vocab_size ",
-                           c.vocab_size, ") needs ", want));
+    if (src.tensor.sizes() != want) throw_misfit(src.file_name, src.tensor.sizes(), want);
     if (!is_floating(src.tensor.dtype()))
       throw DTypeError(str(kLoad, " ", weights_file, ": tensor '", src.file_name, "' has dtype ",
                            src.tensor.dtype(), "; weights must be F32, F16, BF16 or F64"));

@@ -293,6 +293,18 @@ TEST_F(Pretrained, TensorsThatDoNotFitAreNamed) {
     EXPECT_TRUE(contains(msg, "'transformer.wte.weight' has shape [61, 32]"));
     EXPECT_TRUE(contains(msg, "needs [60, 32]"));
   }
+  {
+    // An absurd size is named against the file before the model is built (it once asked for a
+    // 64 TB host allocation first).
+    const std::string dir = config_variant("positions", "\"n_positions\": 16", "\"n_positions\": 1000000000000");
+    const std::string msg = test::message_of<ShapeError>([&] { io::gpt2_from_pretrained(dir); });
+    EXPECT_TRUE(contains(msg, "'transformer.wpe.weight' has shape [16, 32]")) << msg;
+    EXPECT_TRUE(contains(msg, "n_positions 1000000000000")) << msg;
+    const std::string layers = config_variant("layers", "\"n_layer\": 2", "\"n_layer\": 1000000000");
+    const std::string lmsg = test::message_of<ValueError>([&] { io::gpt2_from_pretrained(layers); });
+    EXPECT_TRUE(contains(lmsg, "config.json: \"n_layer\" is 1000000000 but")) << lmsg;
+    EXPECT_TRUE(contains(lmsg, "holds 2 layers")) << lmsg;
+  }
 }
 
 TEST_F(Pretrained, ConfigFieldsEmberCannotHonourAreNamed) {
