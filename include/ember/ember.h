@@ -16,6 +16,7 @@
 #include "ember/random.h"
 #include "ember/state_dict.h"
 #include "ember/tensor.h"
+#include "ember/threads.h"
 
 // Libraries above autograd.
 #include "ember/amp.h"

@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "support/test_support.h"
+#include "ember/threads.h"
 
 using namespace ember;
 
@@ -710,4 +711,25 @@ TEST(ReduceCuda, RunsAreBitIdentical) {
   };
   TensorList a = run(), b = run();
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(bit_equal(a[i], b[i])) << "result " << i;
+}
+
+// ember::set_num_threads is the bound OpenMP's regions (ember's kernels, Eigen's GEMMs) take on
+// the calling thread, as torch.set_num_threads.
+TEST(Threads, SetNumThreadsBoundsTheCallersParallelRegions) {
+  const int saved = get_num_threads();
+  for (int n : {1, 2, 3}) {
+    set_num_threads(n);
+    EXPECT_EQ(get_num_threads(), n);
+    int team = 0;
+#pragma omp parallel
+    {
+#pragma omp single
+      team = omp_get_num_threads();
+    }
+    EXPECT_EQ(team, n);
+  }
+  set_num_threads(saved);
+  EXPECT_EQ(test::message_of<ValueError>([] { set_num_threads(0); }),
+            "[set_num_threads] the number of threads must be at least 1, got 0");
+  EXPECT_EQ(get_num_threads(), saved);
 }
