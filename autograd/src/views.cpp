@@ -243,6 +243,38 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   return reshape(x, sizes);
 }
 
+Tensor unflatten(const Tensor& x, int64_t dim, const Shape& sizes) {
+  ember::detail::check_defined("unflatten", x);
+  const int64_t d = wrap_dim(dim, x.dim(), "unflatten");
+  const int64_t n = x.sizes()[d];
+  EMBER_CHECK(sizes.size() > 0, ShapeError, "[unflatten] sizes must not be empty");
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == -1) {
+      EMBER_CHECK(infer < 0, ShapeError, "[unflatten] only one size may be -1, got ", sizes);
+      infer = int64_t(i);
+      continue;
+    }
+    EMBER_CHECK(sizes[i] >= 0, ShapeError, "[unflatten] size ", sizes[i], " in ", sizes, " is negative");
+    EMBER_CHECK(!__builtin_mul_overflow(known, sizes[i], &known), ShapeError, "[unflatten] sizes ", sizes,
+                " overflow int64");
+  }
+  Shape split = sizes;
+  if (infer >= 0) {
+    EMBER_CHECK(known != 0 && n % known == 0, ShapeError, "[unflatten] sizes ", sizes,
+                " cannot be inferred to split dim ", d, " of size ", n);
+    split[size_t(infer)] = n / known;
+  } else {
+    EMBER_CHECK(known == n, ShapeError, "[unflatten] sizes ", sizes, " multiply to ", known, ", not to dim ", d,
+                "'s size ", n);
+  }
+  Shape out;
+  for (int64_t i = 0; i < d; ++i) out.push_back(x.sizes()[i]);
+  for (int64_t s : split) out.push_back(s);
+  for (int64_t i = d + 1; i < x.dim(); ++i) out.push_back(x.sizes()[i]);
+  return reshape(x, out);  // splitting one dim is always a view
+}
+
 Tensor contiguous(const Tensor& x) {
   ember::detail::check_defined("contiguous", x);
   if (x.is_contiguous()) return x;

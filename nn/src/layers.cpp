@@ -107,6 +107,14 @@ std::string MaxPool2d::extra_repr() const {
 
 Tensor Flatten::forward(const Tensor& x) const { return x.flatten(start_dim, end_dim); }
 std::string Flatten::extra_repr() const { return str("start_dim=", start_dim, ", end_dim=", end_dim); }
+Tensor Unflatten::forward(const Tensor& x) const { return x.unflatten(dim, unflattened_size); }
+std::string Unflatten::extra_repr() const {
+  // PyTorch prints the sizes as a tuple: "dim=1, unflattened_size=(2, 3)".
+  std::string sizes;
+  for (size_t i = 0; i < unflattened_size.size(); ++i) sizes += (i ? ", " : "") + std::to_string(unflattened_size[i]);
+  if (unflattened_size.size() == 1) sizes += ",";
+  return str("dim=", dim, ", unflattened_size=(", sizes, ")");
+}
 
 Tensor ReLU::forward(const Tensor& x) const { return relu(x); }
 Tensor Tanh::forward(const Tensor& x) const { return tanh(x); }

@@ -203,5 +203,50 @@ TEST(Layers, ShapesFlattenPoolAndErrors) {
   EXPECT_THROW(nn::GELU("fast"), ValueError);
 }
 
+// Spellings a porter types from PyTorch: LayerNorm(6), RMSNorm(6), module.double()/.half()/
+// .bfloat16()/.float(), x.unflatten and nn.Unflatten.
+TEST(Layers, PyTorchSpellingsOfNormsDtypesAndUnflatten) {
+  nn::LayerNorm ln(6);
+  EXPECT_EQ(ln.normalized_shape, Shape({6}));
+  EXPECT_EQ(ln.weight.sizes(), Shape({6}));
+  nn::RMSNorm rms(6, 1e-6);
+  EXPECT_EQ(rms.normalized_shape, Shape({6}));
+  EXPECT_EQ(rms.eps, 1e-6);
+  const Tensor x = randn({3, 6});
+  EXPECT_TRUE(test::all_close(ln(x), nn::LayerNorm(Shape{6})(x), 0, 0));
+
+  nn::Linear lin(4, 2);
+  EXPECT_EQ(&lin.double_(), &lin);
+  EXPECT_EQ(lin.weight.dtype(), DType::f64);
+  lin.half();
+  EXPECT_EQ(lin.bias.dtype(), DType::f16);
+  lin.bfloat16();
+  EXPECT_EQ(lin.weight.dtype(), DType::bf16);
+  lin.float_();
+  EXPECT_EQ(lin.weight.dtype(), DType::f32);
+
+  const Tensor a = arange(24.0).reshape({2, 12}).requires_grad_(true);
+  const Tensor u = a.unflatten(1, {3, -1});
+  EXPECT_EQ(u.sizes(), Shape({2, 3, 4}));
+  EXPECT_EQ(u.storage(), a.storage()) << "a view";
+  EXPECT_EQ(u.select(1, 2).select(1, 1).to_vector<double>(), (std::vector<double>{9, 21}));
+  (u * u).sum().backward();
+  EXPECT_TRUE(test::all_close(a.grad(), 2 * a.detach(), 0, 0));
+  // A non-contiguous dim splits as a view too.
+  const Tensor t = arange(24.0).reshape({4, 6}).t();  // [6, 4], strides [1, 6]
+  EXPECT_EQ(t.unflatten(0, {2, 3}).strides(), Shape({3, 1, 6}));
+  EXPECT_EQ(t.unflatten(-2, {2, 3}).contiguous().flatten(0, 1).to_vector<double>(), t.contiguous().to_vector<double>());
+  EXPECT_NE(test::message_of<ShapeError>([&] { a.unflatten(1, {5, -1}); }).find("[unflatten] sizes [5, -1]"),
+            std::string::npos);
+  EXPECT_NE(test::message_of<ShapeError>([&] { a.unflatten(1, {3, 3}); }).find("multiply to 9"), std::string::npos);
+  EXPECT_THROW(a.unflatten(1, {-1, -1}), ShapeError);
+  EXPECT_THROW(a.unflatten(2, {3, 4}), IndexError);
+
+  nn::Unflatten unf(1, {3, 4});
+  EXPECT_EQ(unf(a.detach()).sizes(), Shape({2, 3, 4}));
+  EXPECT_EQ(unf.repr(), "Unflatten(dim=1, unflattened_size=(3, 4))");
+  EXPECT_EQ(nn::Unflatten(1, {12}).repr(), "Unflatten(dim=1, unflattened_size=(12,))");
+}
+
 }  // namespace
 }  // namespace ember::test

@@ -78,6 +78,8 @@ Tensor expand(const Tensor& x, const Shape& shape);
 Tensor squeeze(const Tensor& x, std::optional<int64_t> dim = std::nullopt);
 Tensor unsqueeze(const Tensor& x, int64_t dim);
 Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
+// Splits dim into `sizes` (one may be -1), a view: PyTorch's unflatten, flatten's inverse.
+Tensor unflatten(const Tensor& x, int64_t dim, const Shape& sizes);
 Tensor contiguous(const Tensor& x);
 Tensor clone(const Tensor& x);
 // Sums `g` down to `shape` over the dims that broadcasting expanded: the VJP of broadcasting.

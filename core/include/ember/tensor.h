@@ -179,6 +179,7 @@ class Tensor {
   Tensor squeeze(int64_t dim) const;
   Tensor unsqueeze(int64_t dim) const;
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor unflatten(int64_t dim, const Shape& sizes) const;
   Tensor contiguous() const;
 
   // ---- conversion and copies (autograd/) ----

@@ -88,6 +88,19 @@ class Flatten : public Module {
   int64_t start_dim, end_dim;
 };
 
+// Splits dim into sizes: nn.Unflatten(dim, unflattened_size).
+class Unflatten : public Module {
+ public:
+  Unflatten(int64_t dim, Shape unflattened_size) : dim(dim), unflattened_size(std::move(unflattened_size)) {}
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
+  std::string type_name() const override { return "Unflatten"; }
+  std::string extra_repr() const override;
+
+  int64_t dim;
+  Shape unflattened_size;
+};
+
 // Parameter-free activations.
 class ReLU : public Module {
  public:
@@ -146,6 +159,9 @@ class LayerNorm : public Module {
  public:
   explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
                      bool bias = true);
+  // nn::LayerNorm(768), as PyTorch's LayerNorm(768): the last dim.
+  explicit LayerNorm(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true, bool bias = true)
+      : LayerNorm(Shape{normalized_size}, eps, elementwise_affine, bias) {}
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   void reset_parameters();

@@ -95,6 +95,11 @@ class Module {
   Module& to(Device device);
   Module& to(DType dtype);
   Module& to(Device device, DType dtype);
+  // PyTorch's module.double() / .float() / .half() / .bfloat16() (C++ keywords take a '_').
+  Module& double_() { return to(DType::f64); }
+  Module& float_() { return to(DType::f32); }
+  Module& half() { return to(DType::f16); }
+  Module& bfloat16() { return to(DType::bf16); }
   Module& train(bool on = true);
   Module& eval() { return train(false); }
   bool is_training() const { return training_; }

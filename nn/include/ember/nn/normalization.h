@@ -96,6 +96,9 @@ class RMSNorm : public Module {
  public:
   explicit RMSNorm(Shape normalized_shape, std::optional<double> eps = std::nullopt,
                    bool elementwise_affine = true);
+  // nn::RMSNorm(768): the last dim.
+  explicit RMSNorm(int64_t normalized_size, std::optional<double> eps = std::nullopt, bool elementwise_affine = true)
+      : RMSNorm(Shape{normalized_size}, eps, elementwise_affine) {}
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   void reset_parameters();
