@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   Tensor x_all, y_all;
   const bool real = std::filesystem::exists(data_dir + "/train-images-idx3-ubyte");
   if (real) {
-    data::MNIST train(data_dir, data::Split::train);
+    data::MNIST train(data_dir, data::Split::train, {.normalize = true});
     std::vector<int64_t> all(size_t(train.size()));
     for (size_t i = 0; i < all.size(); ++i) all[i] = int64_t(i);
     auto batch_all = train.get_batch(all);

@@ -128,11 +128,11 @@ int run(const Config& cfg) {
   // ---- data ----
   std::unique_ptr<data::MNIST> train_set, test_set;
   if (cfg.dataset == "fashion-mnist") {
-    train_set = std::make_unique<data::FashionMNIST>(cfg.data, data::Split::train);
-    test_set = std::make_unique<data::FashionMNIST>(cfg.data, data::Split::test);
+    train_set = std::make_unique<data::FashionMNIST>(cfg.data, data::Split::train, data::MNISTOptions{.normalize = true});
+    test_set = std::make_unique<data::FashionMNIST>(cfg.data, data::Split::test, data::MNISTOptions{.normalize = true});
   } else {
-    train_set = std::make_unique<data::MNIST>(cfg.data, data::Split::train);
-    test_set = std::make_unique<data::MNIST>(cfg.data, data::Split::test);
+    train_set = std::make_unique<data::MNIST>(cfg.data, data::Split::train, data::MNISTOptions{.normalize = true});
+    test_set = std::make_unique<data::MNIST>(cfg.data, data::Split::test, data::MNISTOptions{.normalize = true});
   }
   const int64_t n_train = train_set->size();
   for (const data::MNIST* split : {train_set.get(), test_set.get()})

@@ -77,8 +77,8 @@ int run(const Config& cfg) {
   const Device dev = cfg.device == "cuda" ? Device::cuda(0) : Device::cpu();
   ops::set_cudnn_benchmark(cfg.cudnn_benchmark);
   manual_seed(cfg.seed);
-  data::FashionMNIST train_set(cfg.data, data::Split::train);
-  data::FashionMNIST test_set(cfg.data, data::Split::test);
+  data::FashionMNIST train_set(cfg.data, data::Split::train, {.normalize = true});
+  data::FashionMNIST test_set(cfg.data, data::Split::test, {.normalize = true});
   const int64_t n_train = cfg.limit > 0 ? std::min(cfg.limit, train_set.size()) : train_set.size();
   const int64_t n_test = cfg.limit > 0 ? std::min(cfg.limit, test_set.size()) : test_set.size();
   const int64_t steps_per_epoch = (n_train + cfg.batch_size - 1) / cfg.batch_size;

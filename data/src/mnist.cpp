@@ -69,8 +69,10 @@ MNIST::MNIST(const std::string& root, Split split, MNISTOptions options, Default
   raw->labels = std::move(labels.data);
   raw_ = std::move(raw);
 
-  const double mean = options.normalize ? options.mean.value_or(defaults.mean) : 0.0;
-  const double stddev = options.normalize ? options.stddev.value_or(defaults.stddev) : 1.0;
+  // A mean or stddev asks for normalization as much as normalize = true does.
+  const bool normalize = options.normalize || options.mean || options.stddev;
+  const double mean = normalize ? options.mean.value_or(defaults.mean) : 0.0;
+  const double stddev = normalize ? options.stddev.value_or(defaults.stddev) : 1.0;
   EMBER_CHECK(stddev > 0, ValueError, tag_, " stddev must be positive, got ", stddev);
   for (int p = 0; p < 256; ++p) lut_[p] = float((p / 255.0 - mean) / stddev);
 }

@@ -127,15 +127,21 @@ TEST_F(IdxTest, MnistValuesAreExact) {
   data::MNIST test(dir_.string(), data::Split::test);
   EXPECT_EQ(test.size(), 2);
 
-  // Default normalization (x/255 - 0.1307) / 0.3081, custom mean/stddev.
-  data::MNIST norm(dir_.string());
+  // The default is PyTorch's (torchvision's MNIST with ToTensor): x/255, not normalized.
+  data::MNIST plain(dir_.string());
+  EXPECT_EQ(plain.get(3).data.to_vector<float>(), raw.get(3).data.to_vector<float>());
+  // normalize = true: (x/255 - 0.1307) / 0.3081; a mean or stddev alone normalizes too.
+  data::MNIST norm(dir_.string(), data::Split::train, {.normalize = true});
   data::MNIST custom(dir_.string(), data::Split::train, {.mean = 0.5, .stddev = 0.25});
+  data::MNIST mean_only(dir_.string(), data::Split::train, {.mean = 0.5});
   std::vector<float> n3 = norm.get(3).data.to_vector<float>();
   std::vector<float> c3 = custom.get(3).data.to_vector<float>();
+  std::vector<float> m3 = mean_only.get(3).data.to_vector<float>();
   for (size_t j = 0; j < 12; ++j) {
     const double x = px[3 * 12 + j] / 255.0;
     EXPECT_FLOAT_EQ(n3[j], float((x - 0.1307) / 0.3081));
     EXPECT_FLOAT_EQ(c3[j], float((x - 0.5) / 0.25));
+    EXPECT_FLOAT_EQ(m3[j], float((x - 0.5) / 0.3081));
   }
 }
 
@@ -167,7 +173,7 @@ TEST_F(IdxTest, GzipFormsAreRead) {
   EXPECT_EQ(m.raw_labels(), labels(n));
   EXPECT_EQ(m.images_path(), (dir_ / "train-images-idx3-ubyte.gz").string());
   // Fashion-MNIST's own normalization defaults.
-  data::FashionMNIST norm(dir_.string());
+  data::FashionMNIST norm(dir_.string(), data::Split::train, {.normalize = true});
   EXPECT_FLOAT_EQ(norm.get(0).data.to_vector<float>()[1], float((1 / 255.0 - 0.2860) / 0.3530));
 
   // A truncated gzip stream, and one longer than its header says.

@@ -12,8 +12,10 @@
 //   make the reader allocate gigabytes).
 // - The raw u8 pixels stay in memory (shared by copies of the dataset); conversion to f32
 //   happens per batch, so get_batch is one pass over B*H*W bytes through a lookup table.
-// - Images are f32 [1, H, W], normalized (x/255 - mean) / stddev by default; labels are i64
-//   scalars. get_batch gives [B, 1, H, W] f32 and [B] i64.
+// - Images are f32 [1, H, W], x/255 in [0, 1] by default (what torchvision's ToTensor gives,
+//   so a port gets PyTorch's numbers); {.normalize = true} gives (x/255 - mean) / stddev with
+//   the data set's standard statistics. Labels are i64 scalars. get_batch gives [B, 1, H, W]
+//   f32 and [B] i64.
 #pragma once
 
 #include <cstdint>
@@ -39,9 +41,11 @@ IdxArray read_idx(const std::string& path, uint32_t expected_magic = 0,
                   const std::string& tag = "[idx]");
 
 struct MNISTOptions {
-  // Normalize to (x/255 - mean) / stddev; when false, images are x/255 in [0, 1].
-  bool normalize = true;
-  // Defaults: MNIST's 0.1307 / 0.3081, Fashion-MNIST's 0.2860 / 0.3530.
+  // Normalize to (x/255 - mean) / stddev (torchvision's Normalize after ToTensor); when false
+  // (the default, as torchvision's MNIST without a transform), images are x/255 in [0, 1].
+  bool normalize = false;
+  // Either one given normalizes too. Defaults: MNIST's 0.1307 / 0.3081, Fashion-MNIST's
+  // 0.2860 / 0.3530.
   std::optional<double> mean = std::nullopt, stddev = std::nullopt;
 };
 
