@@ -232,7 +232,7 @@ Tensor cross_entropy_general(const Tensor& logits, const Tensor& target, const C
   // sum_c w_c (-log p_ic), 0 where ignored; the mean divides by the sum of the kept targets'
   // weights. w[t_i] nll_i is the fused kernel's per-row loss scaled (so is its gradient); only
   // the smoothing term needs the log-probabilities themselves.
-  CrossEntropyOptions plain{.ignore_index = o.ignore_index, .label_smoothing = 0.0, .reduction = Reduction::none};
+  CrossEntropyOptions plain{.ignore_index = o.ignore_index, .reduction = Reduction::none, .label_smoothing = 0.0};
   const Targets t = mask_ignored(target, o.ignore_index);
   const Tensor tw = target_weights(weight, t);
   Tensor loss = cross_entropy(logits, target, plain) * tw;

@@ -179,7 +179,7 @@ TEST(NnGrad, CrossEntropyGradcheckReductionsIgnoreAndSmoothing) {
     for (double eps : {0.0, 0.25}) {
       SCOPED_TRACE(str("reduction ", int(r), " smoothing ", eps));
       EXPECT_TRUE(gradcheck([&t, r, eps](const TensorList& in) {
-        return cross_entropy(in[0], t, {.label_smoothing = eps, .reduction = r});
+        return cross_entropy(in[0], t, {.reduction = r, .label_smoothing = eps});
       }, {x}));
     }
   }
@@ -196,7 +196,7 @@ TEST(NnGrad, CrossEntropyGradcheckReductionsIgnoreAndSmoothing) {
   Tensor t0 = scalar_tensor(4, DType::i64);
   for (Reduction r : {Reduction::none, Reduction::mean}) {
     EXPECT_TRUE(gradcheck([&t0, r](const TensorList& in) {
-      return cross_entropy(in[0], t0, {.label_smoothing = 0.3, .reduction = r});
+      return cross_entropy(in[0], t0, {.reduction = r, .label_smoothing = 0.3});
     }, {row}));
   }
 }

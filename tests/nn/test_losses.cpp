@@ -132,15 +132,15 @@ TEST(Losses, NllLossMatchPyTorch) {
              [](const TensorList& in, Reduction r) { return F::nll_loss(in[0], in[1], {.reduction = r}); });
   // Class weights with an ignored target: the mean divides by the kept targets' weights.
   check_loss("nll_w", {fixture("loss.logp"), tgt}, [&](const TensorList& in, Reduction r) {
-    return F::nll_loss(in[0], in[1], {.reduction = r, .weight = w3});
+    return F::nll_loss(in[0], in[1], {.weight = w3, .reduction = r});
   });
   // [N, C, d1, d2] with weights and ignore_index = 1.
   check_loss("nll_nd_w", {fixture("loss.logp4"), fixture("loss.tgt4", DType::i64)}, [&](const TensorList& in, Reduction r) {
-    return F::nll_loss(in[0], in[1], {.ignore_index = 1, .reduction = r, .weight = w3});
+    return F::nll_loss(in[0], in[1], {.weight = w3, .ignore_index = 1, .reduction = r});
   });
   // [C] with a 0-dim target.
   check_loss("nll_1d", {fixture("loss.logp1"), scalar_tensor(2, DType::i64)}, [&](const TensorList& in, Reduction r) {
-    return nn::NLLLoss({.reduction = r, .weight = w3})(in[0], in[1]);
+    return nn::NLLLoss({.weight = w3, .reduction = r})(in[0], in[1]);
   });
   // The older positional form still works.
   EXPECT_TRUE(all_close(F::nll_loss(fixture("loss.logp"), tgt, -100, Reduction::sum), fixture("loss.nll.sum"), 1e-12, 0));
@@ -150,30 +150,30 @@ TEST(Losses, CrossEntropyMatchPyTorch) {
   const Tensor logits = fixture("loss.logits"), tgt = fixture("loss.tgt", DType::i64), w3 = fixture("loss.w3");
   const Tensor logits4 = fixture("loss.logits4"), tgt4 = fixture("loss.tgt4", DType::i64);
   check_loss("ce_w", {logits, tgt}, [&](const TensorList& in, Reduction r) {
-    return F::cross_entropy(in[0], in[1], {.reduction = r, .weight = w3});
+    return F::cross_entropy(in[0], in[1], {.weight = w3, .reduction = r});
   });
   check_loss("ce_w_ls", {logits, tgt}, [&](const TensorList& in, Reduction r) {
-    return F::cross_entropy(in[0], in[1], {.label_smoothing = 0.2, .reduction = r, .weight = w3});
+    return F::cross_entropy(in[0], in[1], {.weight = w3, .reduction = r, .label_smoothing = 0.2});
   });
   // The fused path, unchanged.
   check_loss("ce_ls", {logits, tgt}, [&](const TensorList& in, Reduction r) {
-    return F::cross_entropy(in[0], in[1], {.label_smoothing = 0.2, .reduction = r});
+    return F::cross_entropy(in[0], in[1], {.reduction = r, .label_smoothing = 0.2});
   });
   // [N, C, d1, d2]: unweighted through the fused kernel, weighted as the composite.
   check_loss("ce_nd", {logits4, tgt4}, [&](const TensorList& in, Reduction r) {
-    return F::cross_entropy(in[0], in[1], {.ignore_index = 1, .label_smoothing = 0.1, .reduction = r});
+    return F::cross_entropy(in[0], in[1], {.ignore_index = 1, .reduction = r, .label_smoothing = 0.1});
   });
   check_loss("ce_nd_w", {logits4, tgt4}, [&](const TensorList& in, Reduction r) {
-    return F::cross_entropy(in[0], in[1], {.ignore_index = 2, .label_smoothing = 0.1, .reduction = r, .weight = w3});
+    return F::cross_entropy(in[0], in[1], {.weight = w3, .ignore_index = 2, .reduction = r, .label_smoothing = 0.1});
   });
   // Probability targets (their gradient too), with smoothing and weights, and [N, C, d1, d2].
   check_loss("ce_prob", {logits, fixture("loss.probs")},
              [&](const TensorList& in, Reduction r) { return F::cross_entropy(in[0], in[1], {.reduction = r}); });
   check_loss("ce_prob_w_ls", {logits, fixture("loss.probs")}, [&](const TensorList& in, Reduction r) {
-    return nn::CrossEntropyLoss({.label_smoothing = 0.15, .reduction = r, .weight = w3})(in[0], in[1]);
+    return nn::CrossEntropyLoss({.weight = w3, .reduction = r, .label_smoothing = 0.15})(in[0], in[1]);
   });
   check_loss("ce_prob_nd", {logits4, fixture("loss.probs4")}, [&](const TensorList& in, Reduction r) {
-    return F::cross_entropy(in[0], in[1], {.label_smoothing = 0.1, .reduction = r});
+    return F::cross_entropy(in[0], in[1], {.reduction = r, .label_smoothing = 0.1});
   });
 }
 
@@ -184,8 +184,8 @@ TEST(Losses, FusedAndCompositeCrossEntropyAgree) {
   Tensor x = randn({6, 5, 3});
   Tensor t = tensor<int64_t>({0, 4, -100, 2, 1, 3, 3, -100, 0, 4, 1, 2, 0, 0, 1, 2, 3, 4}, {6, 3});
   for (Reduction r : {Reduction::none, Reduction::mean, Reduction::sum}) {
-    Tensor fused = F::cross_entropy(x, t, {.label_smoothing = 0.1, .reduction = r});
-    Tensor composite = F::cross_entropy(x, t, {.label_smoothing = 0.1, .reduction = r, .weight = ones({5})});
+    Tensor fused = F::cross_entropy(x, t, {.reduction = r, .label_smoothing = 0.1});
+    Tensor composite = F::cross_entropy(x, t, {.weight = ones({5}), .reduction = r, .label_smoothing = 0.1});
     EXPECT_TRUE(all_close(fused, composite, 1e-5, 1e-6));
   }
 }
@@ -218,17 +218,17 @@ TEST(Losses, PassGradcheck) {
   Tensor t = tensor<int64_t>({0, 2, 1, -100, 2, 2, 0, 1}, {4, 2});
   Tensor w3 = tensor<double>({0.5, 2.0, 1.0});
   EXPECT_TRUE(gradcheck([&](const TensorList& in) {
-    return F::cross_entropy(in[0], t, {.label_smoothing = 0.2, .weight = w3});
+    return F::cross_entropy(in[0], t, {.weight = w3, .label_smoothing = 0.2});
   }, {logits}));
   EXPECT_TRUE(gradcheck([&](const TensorList& in) {
-    return F::cross_entropy(in[0], t, {.label_smoothing = 0.2, .reduction = Reduction::none});
+    return F::cross_entropy(in[0], t, {.reduction = Reduction::none, .label_smoothing = 0.2});
   }, {logits}));
   Tensor probs = softmax(randn({4, 3, 2}, DType::f64), 1).detach().requires_grad_();
   EXPECT_TRUE(gradcheck([&](const TensorList& in) {
-    return F::cross_entropy(in[0], in[1], {.label_smoothing = 0.1, .weight = w3});
+    return F::cross_entropy(in[0], in[1], {.weight = w3, .label_smoothing = 0.1});
   }, {logits, probs}));
   EXPECT_TRUE(gradcheck([&](const TensorList& in) {
-    return F::nll_loss(in[0], t, {.reduction = Reduction::sum, .weight = w3});
+    return F::nll_loss(in[0], t, {.weight = w3, .reduction = Reduction::sum});
   }, {logits}));
 }
 
@@ -280,6 +280,28 @@ TEST(Losses, OutOfRangeInputsAndTargetsAreRefusedNamingTheLoss) {
   EXPECT_NO_THROW(F::nll_loss(logp, tensor<int64_t>({0, -100, 2})));
   EXPECT_NE(message_of<IndexError>([&] { F::nll_loss(logp, tensor<int64_t>({0, -1, 2})); }).find("[nll_loss] target -1"),
             std::string::npos);
+}
+
+// Options written in PyTorch's argument order compile (designated initializers must follow
+// the declaration order), and the options forms equal the positional ones.
+TEST(Losses, OptionsInPyTorchsArgumentOrder) {
+  const Tensor logits = randn({4, 5}), t = tensor<int64_t>({0, 4, 2, 1}), w = rand({5}) + 0.5;
+  const Tensor ce = F::cross_entropy(logits, t, {.weight = w, .ignore_index = 2, .reduction = Reduction::sum,
+                                                 .label_smoothing = 0.1});
+  CrossEntropyOptions positional;
+  positional.weight = w;
+  positional.ignore_index = 2;
+  positional.reduction = Reduction::sum;
+  positional.label_smoothing = 0.1;
+  EXPECT_TRUE(test::all_close(ce, F::cross_entropy(logits, t, positional), 0, 0));
+  const Tensor logp = log_softmax(logits, 1);
+  EXPECT_TRUE(test::all_close(F::nll_loss(logp, t, {.weight = w, .ignore_index = -1}),
+                              F::nll_loss(logp, t, NLLLossOptions{w, -1, Reduction::mean}), 0, 0));
+  const Tensor x = randn({3, 5}), y = rand({3, 5}), pw = rand({5}) + 0.5;
+  EXPECT_TRUE(test::all_close(F::binary_cross_entropy_with_logits(x, y, {.reduction = Reduction::sum, .pos_weight = pw}),
+                              F::binary_cross_entropy_with_logits(x, y, Tensor(), Reduction::sum, pw), 0, 0));
+  EXPECT_TRUE(test::all_close(F::binary_cross_entropy(sigmoid(x), y, {.weight = pw, .reduction = Reduction::none}),
+                              F::binary_cross_entropy(sigmoid(x), y, pw, Reduction::none), 0, 0));
 }
 
 TEST(Losses, BadInputsThrowNamingTheOp) {
@@ -342,11 +364,10 @@ TEST(LossesCuda, MatchCpu) {
          return F::cross_entropy(x, y, {.ignore_index = 1, .label_smoothing = 0.1});
        }},
       {"ce_nd_w", [&](const Tensor& x, const Tensor& y, Device d) {
-         return F::cross_entropy(x, y, {.ignore_index = 2, .label_smoothing = 0.1, .reduction = Reduction::sum,
-                                        .weight = w3.to(d)});
+         return F::cross_entropy(x, y, {.weight = w3.to(d), .ignore_index = 2, .reduction = Reduction::sum, .label_smoothing = 0.1});
        }},
       {"ce_prob_nd", [&](const Tensor& x, const Tensor& y, Device d) {
-         return F::cross_entropy(x, y, {.label_smoothing = 0.1, .weight = w3.to(d)});
+         return F::cross_entropy(x, y, {.weight = w3.to(d), .label_smoothing = 0.1});
        }},
       {"smooth_l1", [&](const Tensor& x, const Tensor& y, Device) { return F::smooth_l1_loss(x, y, Reduction::none, 0.5); }},
   };

@@ -286,7 +286,7 @@ TEST_P(NnOps, CrossEntropyHandComputed) {
   EXPECT_EQ(none.sizes(), Shape({2}));
   EXPECT_TRUE(test::all_close(none, {l0, l1}, 1e-14, 0));
   // Smoothing 0.1: row 0 = 0.9 * 0.4076... + 0.1 * (lse - mean(x)); row 1 is uniform.
-  EXPECT_TRUE(test::all_close(cross_entropy(x, t, {.label_smoothing = 0.1, .reduction = Reduction::none}),
+  EXPECT_TRUE(test::all_close(cross_entropy(x, t, {.reduction = Reduction::none, .label_smoothing = 0.1}),
                               {0.5076059644443801, 1.0986122886681098}, 1e-14, 0));
   EXPECT_TRUE(test::all_close(cross_entropy(x, t, {.label_smoothing = 0.1}), {0.8031091265562449}, 1e-14, 0));
   // An ignored row drops out of the mean's denominator.
@@ -312,10 +312,10 @@ TEST_P(NnOps, CrossEntropyMatchesHostLoop) {
         CeRef r = host_cross_entropy(ref.to_vector<double>(), n, c, tv, -100, eps);
         Tol tl = tol_for(dt);
         Tensor td = t.to(dev());
-        Tensor none = cross_entropy(x, td, {.label_smoothing = eps, .reduction = Reduction::none});
+        Tensor none = cross_entropy(x, td, {.reduction = Reduction::none, .label_smoothing = eps});
         EXPECT_EQ(none.dtype(), dt);
         EXPECT_TRUE(test::all_close(none, r.rows, tl.rtol, tl.atol));
-        EXPECT_TRUE(test::all_close(cross_entropy(x, td, {.label_smoothing = eps, .reduction = Reduction::sum}),
+        EXPECT_TRUE(test::all_close(cross_entropy(x, td, {.reduction = Reduction::sum, .label_smoothing = eps}),
                                     {r.sum}, tl.rtol, tl.atol));
         EXPECT_TRUE(test::all_close(cross_entropy(x, td, {.label_smoothing = eps}), {r.mean}, tl.rtol, tl.atol));
       }

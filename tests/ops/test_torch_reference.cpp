@@ -76,8 +76,8 @@ TEST(TorchReference, CrossEntropy) {
     std::string r = name;
     CrossEntropyOptions plain{.reduction = red};
     CrossEntropyOptions ignore{.ignore_index = -100, .reduction = red};
-    CrossEntropyOptions smooth{.label_smoothing = 0.1, .reduction = red};
-    CrossEntropyOptions smooth_ignore{.ignore_index = 3, .label_smoothing = 0.1, .reduction = red};
+    CrossEntropyOptions smooth{.reduction = red, .label_smoothing = 0.1};
+    CrossEntropyOptions smooth_ignore{.ignore_index = 3, .reduction = red, .label_smoothing = 0.1};
     struct Variant {
       std::string c;
       CrossEntropyOptions o;

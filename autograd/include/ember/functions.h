@@ -114,11 +114,13 @@ Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 // batchmean (the sum over the batch size, input.size(0)) is accepted only by kl_div.
 enum class Reduction { none, mean, sum, batchmean };
+// Fields in torch.nn.functional.cross_entropy's argument order, so designated initializers
+// written in PyTorch's order compile: {.weight = w, .ignore_index = 0, .label_smoothing = 0.1}.
 struct CrossEntropyOptions {
-  int64_t ignore_index = -100;
-  double label_smoothing = 0.0;
-  Reduction reduction = Reduction::mean;
   Tensor weight = Tensor();  // optional class weights [C] (not differentiated, as in PyTorch)
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::mean;
+  double label_smoothing = 0.0;
 };
 // torch.nn.functional.cross_entropy over logits [N, C, d1, ...] (or [C]) with integer class
 // targets [N, d1, ...] (or []) or class probabilities of the logits' shape (any float dtype;
@@ -127,10 +129,11 @@ struct CrossEntropyOptions {
 // class dim last first); with class weights or probability targets: log_softmax and
 // nll_loss composites. A weighted mean divides by the sum of the targets' weights.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {});
+// In torch.nn.functional.nll_loss's argument order.
 struct NLLLossOptions {
+  Tensor weight = Tensor();  // optional class weights [C] (not differentiated)
   int64_t ignore_index = -100;
   Reduction reduction = Reduction::mean;
-  Tensor weight = Tensor();  // optional class weights [C] (not differentiated)
 };
 // torch.nn.functional.nll_loss: input log-probabilities [N, C, d1, ...] (or [C]), integer
 // targets [N, d1, ...] (or []); loss = -weight[t] * input[n, t, d...], 0 where t ==

@@ -37,6 +37,24 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
                                         const Tensor& weight = Tensor(), Reduction reduction = Reduction::mean,
                                         const Tensor& pos_weight = Tensor());
+// The options form, as cross_entropy's, fields in PyTorch's argument order:
+// binary_cross_entropy_with_logits(x, t, {.reduction = Reduction::sum, .pos_weight = pw}).
+struct BCEWithLogitsOptions {
+  Tensor weight = Tensor();
+  Reduction reduction = Reduction::mean;
+  Tensor pos_weight = Tensor();
+};
+inline Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                               const BCEWithLogitsOptions& options) {
+  return binary_cross_entropy_with_logits(input, target, options.weight, options.reduction, options.pos_weight);
+}
+struct BCEOptions {
+  Tensor weight = Tensor();
+  Reduction reduction = Reduction::mean;
+};
+inline Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BCEOptions& options) {
+  return ember::binary_cross_entropy(input, target, options.weight, options.reduction);
+}
 // Pointwise target (log target - input) for log-probabilities `input`; log_target: the target
 // is given as log-probabilities too. Reduction::batchmean (the sum over input.size(0)) is the
 // one that gives the mathematical KL divergence; mean averages over every element (PyTorch's
