@@ -59,7 +59,7 @@ std::string Conv1d::extra_repr() const {
   if (options.padding) s += str(", padding=(", options.padding, ",)");
   if (options.dilation != 1) s += str(", dilation=(", options.dilation, ",)");
   if (options.groups != 1) s += str(", groups=", options.groups);
-  if (!options.bias) s += ", bias=false";
+  if (!options.bias) s += ", bias=False";
   return s;
 }
 
@@ -92,7 +92,7 @@ std::string ConvTranspose2d::extra_repr() const {
     s += ", output_padding=" + size2_str(options.output_padding);
   if (options.dilation.h != 1 || options.dilation.w != 1) s += ", dilation=" + size2_str(options.dilation);
   if (options.groups != 1) s += str(", groups=", options.groups);
-  if (!options.bias) s += ", bias=false";
+  if (!options.bias) s += ", bias=False";
   return s;
 }
 

@@ -48,7 +48,7 @@ Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); 
 
 std::string Linear::extra_repr() const {
   return str("in_features=", in_features, ", out_features=", out_features,
-             ", bias=", bias.defined());
+             ", bias=", detail::py_bool(bias.defined()));
 }
 
 // ---- Conv2d ----
@@ -82,7 +82,7 @@ std::string Conv2d::extra_repr() const {
   if (options.padding.h || options.padding.w) s += ", padding=" + size2_str(options.padding);
   if (options.dilation.h != 1 || options.dilation.w != 1) s += ", dilation=" + size2_str(options.dilation);
   if (options.groups != 1) s += str(", groups=", options.groups);
-  if (!options.bias) s += ", bias=false";
+  if (!options.bias) s += ", bias=False";
   return s;
 }
 
@@ -157,7 +157,7 @@ Tensor LayerNorm::forward(const Tensor& x) const {
 }
 
 std::string LayerNorm::extra_repr() const {
-  return str(normalized_shape, ", eps=", eps, ", elementwise_affine=", weight.defined());
+  return str(normalized_shape, ", eps=", eps, ", elementwise_affine=", detail::py_bool(weight.defined()));
 }
 
 // ---- Embedding ----

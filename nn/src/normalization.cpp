@@ -12,8 +12,6 @@ void check_positive(const char* layer, const char* what, int64_t v) {
   EMBER_CHECK(v > 0, ValueError, "[", layer, "] ", what, " must be positive, got ", v);
 }
 
-const char* py_bool(bool b) { return b ? "True" : "False"; }
-
 }  // namespace
 
 // ---- BatchNorm ----
@@ -73,8 +71,8 @@ Tensor BatchNormBase::forward(const Tensor& x) const {
 std::string BatchNormBase::extra_repr() const {
   return str(num_features, ", eps=", options.eps, ", momentum=",
              options.momentum ? str(*options.momentum) : std::string("None"),
-             ", affine=", py_bool(options.affine),
-             ", track_running_stats=", py_bool(options.track_running_stats));
+             ", affine=", detail::py_bool(options.affine),
+             ", track_running_stats=", detail::py_bool(options.track_running_stats));
 }
 
 void BatchNorm1d::check_input_dim(const Tensor& x) const {
@@ -112,7 +110,7 @@ Tensor GroupNorm::forward(const Tensor& x) const {
 }
 
 std::string GroupNorm::extra_repr() const {
-  return str(num_groups, ", ", num_channels, ", eps=", eps, ", affine=", py_bool(weight.defined()));
+  return str(num_groups, ", ", num_channels, ", eps=", eps, ", affine=", detail::py_bool(weight.defined()));
 }
 
 // ---- RMSNorm ----
@@ -133,7 +131,7 @@ Tensor RMSNorm::forward(const Tensor& x) const { return rms_norm(x, normalized_s
 
 std::string RMSNorm::extra_repr() const {
   return str(normalized_shape, ", eps=", eps ? str(*eps) : std::string("None"),
-             ", elementwise_affine=", py_bool(weight.defined()));
+             ", elementwise_affine=", detail::py_bool(weight.defined()));
 }
 
 }  // namespace ember::nn

@@ -110,7 +110,7 @@ TEST(ModuleList, RegistersIndexesAndIterates) {
   EXPECT_TRUE(all_close(h, relu(first->forward(x)), 0, 0));
   nn::ModuleList built(nn::Linear(1, 1), nn::Tanh());
   EXPECT_EQ(built.size(), 2u);
-  EXPECT_EQ(built.repr(), "ModuleList(\n  (0): Linear(in_features=1, out_features=1, bias=true)\n  (1): Tanh()\n)");
+  EXPECT_EQ(built.repr(), "ModuleList(\n  (0): Linear(in_features=1, out_features=1, bias=True)\n  (1): Tanh()\n)");
   // As a member of a user module: "blocks.0.weight", and the whole tree moves together.
   struct Stack : nn::Module {
     nn::ModuleList blocks;

@@ -246,6 +246,9 @@ TEST(Layers, PyTorchSpellingsOfNormsDtypesAndUnflatten) {
   EXPECT_EQ(unf(a.detach()).sizes(), Shape({2, 3, 4}));
   EXPECT_EQ(unf.repr(), "Unflatten(dim=1, unflattened_size=(3, 4))");
   EXPECT_EQ(nn::Unflatten(1, {12}).repr(), "Unflatten(dim=1, unflattened_size=(12,))");
+  // Python's spellings of bools in reprs.
+  EXPECT_NE(ln.repr().find("elementwise_affine=True"), std::string::npos) << ln.repr();
+  EXPECT_NE(nn::Conv2d(3, 4, 3, {.bias = false}).repr().find(", bias=False)"), std::string::npos);
 }
 
 }  // namespace

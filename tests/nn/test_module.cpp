@@ -199,7 +199,7 @@ TEST(Module, ReprLooksLikePyTorch) {
   os << seq;
   EXPECT_EQ(os.str(),
             "Sequential(\n"
-            "  (0): Linear(in_features=784, out_features=512, bias=true)\n"
+            "  (0): Linear(in_features=784, out_features=512, bias=True)\n"
             "  (1): ReLU()\n"
             "  (2): Conv2d(1, 32, kernel_size=(3, 3), stride=(2, 2))\n"
             ")");

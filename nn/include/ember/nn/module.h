@@ -49,6 +49,11 @@
 
 namespace ember::nn {
 
+namespace detail {
+// How PyTorch prints a bool in a module's repr ("bias=True").
+inline const char* py_bool(bool b) { return b ? "True" : "False"; }
+}  // namespace detail
+
 class Module {
  public:
   Module() = default;
