@@ -10,7 +10,8 @@
 // - Note [NCCL comm lock]: a communicator is not thread-safe, and a non-blocking one runs each
 //   call on a thread of NCCL's whose job it keeps on the communicator; depending on the NCCL
 //   version the next poll or call that finds it done joins and frees that job. So every NCCL
-//   call on a group's communicator (init, each enqueue, each poll, finalize, destroy) holds
+//   call on a group's communicator once it is shared (each enqueue, each poll, a split of it,
+//   finalize, destroy; its creation runs before anything else can reach it) holds
 //   Comm::mu: the issuing thread, Work::wait() on any thread, and the watchdog, which only
 //   try_locks (it skips a poll while the communicator is busy rather than delay a collective).
 //   The lock is never held across a sleep. Comm::comm is null once the group destroyed it
