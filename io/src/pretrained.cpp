@@ -8,8 +8,8 @@
 #include "ember/io/pretrained.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <string_view>
 #include <system_error>
@@ -214,7 +214,11 @@ std::unique_ptr<nn::GPT> gpt2_from_pretrained(const std::string& dir, Device dev
   int64_t layers_in_file = 0;
   for (const auto& [name, t] : file.tensors) {
     const std::string key = name.starts_with(kPrefix) ? name.substr(kPrefix.size()) : name;
-    if (key.starts_with("h.")) layers_in_file = std::max<int64_t>(layers_in_file, std::atoll(key.c_str() + 2) + 1);
+    int64_t layer = 0;  // "h.<layer>.": a name that is not a small number is left to the matching below
+    const char* digits = key.c_str() + 2;
+    if (key.starts_with("h.") && std::from_chars(digits, key.c_str() + key.size(), layer).ec == std::errc() &&
+        layer >= 0 && layer < (int64_t(1) << 31))
+      layers_in_file = std::max(layers_in_file, layer + 1);
     if (key == "wte.weight" && t.sizes() != Shape{c.vocab_size, c.n_embd})
       throw_misfit(name, t.sizes(), Shape{c.vocab_size, c.n_embd});
     if (key == "wpe.weight" && t.sizes() != Shape{c.block_size, c.n_embd})
