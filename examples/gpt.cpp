@@ -163,12 +163,9 @@ int train(const Config& cfg) {
   const DeviceType kind = cfg.device == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
   const Device dev = parallel ? distributed::local_device(kind) : Device(kind, 0);
   // Where the run will write, checked before the model is built or a step taken.
-  const std::string out_dir = !cfg.out.empty() ? cfg.out : !cfg.checkpoint.empty() ? cfg.checkpoint : "runs/gpt";
-  if (rank == 0) {
-    examples::prepare_output_folder("gpt", cfg.out.empty() && !cfg.checkpoint.empty() ? "--checkpoint" : "--out", out_dir);
-    if (!cfg.save_pretrained.empty()) examples::prepare_output_folder("gpt", "--save-pretrained", cfg.save_pretrained);
-  }
-  if (!cfg.checkpoint.empty()) examples::prepare_output_folder("gpt", "--checkpoint", cfg.checkpoint);
+  const std::string out_dir = examples::prepare_run_folders("gpt", cfg.out, cfg.checkpoint, "runs/gpt", rank == 0);
+  if (rank == 0 && !cfg.save_pretrained.empty())
+    examples::prepare_output_folder("gpt", "--save-pretrained", cfg.save_pretrained);
   // --tp N: a (ranks / N) x N mesh; the N ranks of a "tp" row hold one model split between
   // them and read the same batches; the "dp" axis is data parallel (--ddp or --fsdp).
   std::optional<distributed::DeviceMesh> mesh;

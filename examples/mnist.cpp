@@ -120,10 +120,8 @@ int run(const Config& cfg) {
   const DeviceType kind = cfg.device == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
   const Device dev = parallel ? distributed::local_device(kind) : Device(kind, 0);
   manual_seed(cfg.seed);
-  const std::string out_dir = !cfg.out.empty() ? cfg.out : !cfg.checkpoint.empty() ? cfg.checkpoint : "runs/mnist";
   // Where the run will write, checked before any data is read or step taken.
-  if (rank == 0) examples::prepare_output_folder("mnist", cfg.out.empty() && !cfg.checkpoint.empty() ? "--checkpoint" : "--out", out_dir);
-  if (!cfg.checkpoint.empty()) examples::prepare_output_folder("mnist", "--checkpoint", cfg.checkpoint);
+  const std::string out_dir = examples::prepare_run_folders("mnist", cfg.out, cfg.checkpoint, "runs/mnist", rank == 0);
 
   // ---- data ----
   std::unique_ptr<data::MNIST> train_set, test_set;

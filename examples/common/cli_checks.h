@@ -82,4 +82,15 @@ inline void prepare_output_folder(const char* program, const char* flag, const s
   if (!writable) fail("cannot write in the folder");
 }
 
+// A training run's folders, checked before it starts: the metrics folder (--out, else
+// --checkpoint, else `fallback`), which it returns, made where this rank writes metrics, and the
+// checkpoint folder, made on every rank (each may write its pieces there).
+inline std::string prepare_run_folders(const char* program, const std::string& out, const std::string& checkpoint,
+                                       const std::string& fallback, bool writes_metrics) {
+  const std::string metrics = !out.empty() ? out : !checkpoint.empty() ? checkpoint : fallback;
+  if (writes_metrics) prepare_output_folder(program, out.empty() && !checkpoint.empty() ? "--checkpoint" : "--out", metrics);
+  if (!checkpoint.empty()) prepare_output_folder(program, "--checkpoint", checkpoint);
+  return metrics;
+}
+
 }  // namespace ember::examples
