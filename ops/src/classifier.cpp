@@ -6,6 +6,7 @@
 
 #include <limits>
 
+#include "ember/factory.h"
 #include "ember/ops/elementwise.h"
 #include "ember/ops/linalg.h"
 #include "kernels/classifier.h"
@@ -125,7 +126,8 @@ LinearCrossEntropyBackward linear_cross_entropy_backward(const Tensor& grad, con
   const bool scale_first = x.dtype() == DType::f16;
   Tensor d = dlogits;
   if (scale_first && d.numel() > 0) {
-    d = dlogits.clone();
+    d = empty_like(dlogits);  // ops-level copy: Tensor::clone is autograd's (Note [Tensor methods])
+    copy_(d, dlogits);
     EMBER_DISPATCH_KERNEL(x.device(), linear_cross_entropy_scale_kernel, d, g, grad_factor);
   }
   auto scale_result = [&](const Tensor& r) {
