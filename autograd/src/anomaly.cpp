@@ -32,7 +32,7 @@
 namespace ember::autograd {
 
 namespace detail {
-constinit thread_local bool anomaly_enabled = false;
+EMBER_HOT_TLS constinit thread_local bool anomaly_enabled = false;
 }
 
 namespace {

@@ -244,7 +244,7 @@ const Tensor& Saved::get() const {
 }
 
 namespace {
-thread_local const Node* running_node = nullptr;
+EMBER_HOT_TLS thread_local const Node* running_node = nullptr;
 }
 
 bool needs_input_grad(size_t i) {

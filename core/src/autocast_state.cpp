@@ -8,7 +8,7 @@
 namespace ember::autocast {
 
 namespace detail {
-thread_local constinit bool any_enabled_flag = false;
+EMBER_HOT_TLS thread_local constinit bool any_enabled_flag = false;
 }  // namespace detail
 
 namespace {

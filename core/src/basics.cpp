@@ -6,6 +6,7 @@
 #include "ember/dtype.h"
 #include "ember/error.h"
 #include "ember/grad_mode.h"
+#include "ember/macros.h"
 #include "ember/random.h"
 #include "ember/shape.h"
 
@@ -126,7 +127,7 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
 }
 
 namespace {
-thread_local bool grad_mode_enabled = true;
+EMBER_HOT_TLS thread_local bool grad_mode_enabled = true;
 }
 bool GradMode::is_enabled() { return grad_mode_enabled; }
 void GradMode::set_enabled(bool enabled) { grad_mode_enabled = enabled; }

@@ -22,6 +22,7 @@
 
 #include "ember/cuda.h"
 #include "ember/cuda_memory.h"
+#include "ember/macros.h"
 #include "ember/cuda_stream.h"
 #include "ember/error.h"
 
@@ -103,8 +104,8 @@ Profiler::Session* g_session = nullptr;
 std::atomic<uint64_t> g_generation{0};
 std::atomic<uint32_t> g_next_thread{1};
 
-thread_local uint32_t t_thread_id = 0;
-thread_local int64_t t_host_bytes = 0;
+EMBER_HOT_TLS thread_local uint32_t t_thread_id = 0;
+EMBER_HOT_TLS thread_local int64_t t_host_bytes = 0;
 struct ThreadState {
   std::shared_ptr<ThreadBuffer> buffer;
   uint64_t generation = 0;

@@ -10,6 +10,7 @@
 
 #include "ember/cuda.h"
 #include "ember/error.h"
+#include "ember/macros.h"
 #include "ember/profiler.h"
 
 namespace ember {
@@ -35,20 +36,35 @@ constexpr size_t kSmallListBytes = 64 << 10, kSmallListMax = 256;
 
 size_t small_rounded(size_t nbytes) { return (nbytes + kSmallStep - 1) & ~(kSmallStep - 1); }
 
-// Readable at any point of a thread's exit (trivially destructible), unlike the lists.
-thread_local bool t_small_lists_gone = false;
+struct SmallLists;
+// The hot path reads only these two (trivially destructible, so readable at any point of a
+// thread's exit, and EMBER_HOT_TLS: one load each): the thread's lists once made, and whether
+// they are gone. The lists themselves live in make()'s thread_local, whose guard and
+// destructor registration are too slow to pass through on every allocation.
+EMBER_HOT_TLS thread_local SmallLists* t_small_lists = nullptr;
+EMBER_HOT_TLS thread_local bool t_small_lists_gone = false;
 
 struct SmallLists {
   std::vector<void*> lists[kMaxSmall / kSmallStep];
   ~SmallLists() {
+    t_small_lists = nullptr;
     t_small_lists_gone = true;  // blocks freed later in this thread's exit bypass the lists
     for (auto& list : lists)
       for (void* p : list) std::free(p);
   }
   static std::vector<void*>* of(size_t rounded) {
-    if (!kHostCachesEnabled || t_small_lists_gone) return nullptr;
+    if (!kHostCachesEnabled) return nullptr;
+    SmallLists* lists = t_small_lists;
+    if (!lists) {
+      if (t_small_lists_gone) return nullptr;
+      lists = make();
+    }
+    return &lists->lists[rounded / kSmallStep - 1];
+  }
+  [[gnu::noinline]] static SmallLists* make() {
     thread_local SmallLists lists;
-    return &lists.lists[rounded / kSmallStep - 1];
+    t_small_lists = &lists;
+    return &lists;
   }
   // The most blocks kept for a class (a table: a division per free showed in the dispatch).
   static size_t cap(size_t rounded) {

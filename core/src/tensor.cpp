@@ -289,15 +289,24 @@ namespace detail {
 
 void release_node(std::shared_ptr<autograd::Node>&& node) {
   if (!node) return;
+  // The two flags are read on every release (EMBER_HOT_TLS: one load each); the queue, whose
+  // first use runs a guard, only when freeing one node frees another.
+  EMBER_HOT_TLS thread_local bool draining = false, queued = false;
   thread_local std::vector<std::shared_ptr<autograd::Node>> pending;
-  thread_local bool draining = false;
-  pending.push_back(std::move(node));
-  if (draining) return;  // an outer call is already freeing; it will reach this one
+  if (draining) {  // an outer call is already freeing; it will reach this one
+    pending.push_back(std::move(node));
+    queued = true;
+    return;
+  }
   draining = true;
-  while (!pending.empty()) {
-    std::shared_ptr<autograd::Node> n = std::move(pending.back());
-    pending.pop_back();
-    n.reset();  // may queue more nodes through the destructors it runs
+  node.reset();  // may queue more nodes through the destructors it runs
+  if (queued) {
+    while (!pending.empty()) {
+      std::shared_ptr<autograd::Node> n = std::move(pending.back());
+      pending.pop_back();
+      n.reset();  // may queue more
+    }
+    queued = false;
   }
   draining = false;
 }
@@ -333,7 +342,7 @@ Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, i
   return Tensor(std::move(impl));
 }
 
-constinit thread_local const char* t_op_scope = nullptr;
+EMBER_HOT_TLS constinit thread_local const char* t_op_scope = nullptr;
 
 void throw_released_storage() {
   throw ValueError(

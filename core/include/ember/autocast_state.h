@@ -19,6 +19,7 @@
 
 #include "ember/device.h"
 #include "ember/dtype.h"
+#include "ember/macros.h"
 #include "ember/tensor.h"
 
 namespace ember::autocast {
@@ -26,7 +27,7 @@ namespace ember::autocast {
 namespace detail {
 // True when autocast is on for some device type in this thread. constinit so that reading it
 // from another translation unit is a plain TLS load (no initialization wrapper call).
-extern thread_local constinit bool any_enabled_flag;
+EMBER_HOT_TLS extern thread_local constinit bool any_enabled_flag;
 }  // namespace detail
 
 // The fast check at the top of every differentiable op.

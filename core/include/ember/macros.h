@@ -17,3 +17,13 @@
 #else
 #define EMBER_DEVICE_CODE 0
 #endif
+
+// EMBER_HOT_TLS: a thread-local that every op's dispatch reads (grad mode, the op scope, the
+// small-object free lists). In a shared library the default TLS model reaches a thread-local
+// through a __tls_get_addr call each time (13% of a 1-element add in bench_dispatch); the
+// initial-exec model is one load at a fixed offset from the thread pointer, as in a static
+// build. It takes space in the static TLS block, which a library opened later with dlopen can
+// only use up to glibc's surplus (about 1.6 KiB shared by every library): so only small, hot,
+// trivially destructible variables (a flag, a pointer) get it, a few dozen bytes in all. Its
+// declaration in a header carries it too, so every library reads it the same way.
+#define EMBER_HOT_TLS [[gnu::tls_model("initial-exec")]]

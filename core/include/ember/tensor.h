@@ -21,6 +21,7 @@
 #include "ember/device.h"
 #include "ember/dtype.h"
 #include "ember/error.h"
+#include "ember/macros.h"
 #include "ember/scalar.h"
 #include "ember/shape.h"
 #include "ember/storage.h"
@@ -52,7 +53,7 @@ namespace detail {
 // entry with EMBER_OP_SCOPE("name"); the outermost scope on the thread wins (it is the call the
 // user wrote; ops called inside it leave it alone). It is a pointer store and a branch, no
 // allocation, and it is read only when an error is raised.
-extern constinit thread_local const char* t_op_scope;
+EMBER_HOT_TLS extern constinit thread_local const char* t_op_scope;
 class OpScope {
  public:
   explicit OpScope(const char* op) noexcept : owner_(t_op_scope == nullptr) {

@@ -20,7 +20,7 @@ namespace ember::autograd {
 
 namespace detail {
 // The thread's mode; constinit so that reading it needs no TLS initialization call.
-extern constinit thread_local bool anomaly_enabled;
+EMBER_HOT_TLS extern constinit thread_local bool anomaly_enabled;
 }  // namespace detail
 
 inline bool is_anomaly_enabled() { return detail::anomaly_enabled; }
