@@ -39,8 +39,10 @@ size_t small_rounded(size_t nbytes) { return (nbytes + kSmallStep - 1) & ~(kSmal
 struct SmallLists;
 // The hot path reads only these two (trivially destructible, so readable at any point of a
 // thread's exit, and EMBER_HOT_TLS: one load each): the thread's lists once made, and whether
-// they are gone. The lists themselves live in make()'s thread_local, whose guard and
-// destructor registration are too slow to pass through on every allocation.
+// they are gone. The lists themselves are on the heap, owned by make()'s thread_local: its
+// guard is too slow to pass through on every allocation, and 1.5 KiB of lists inside
+// libember_core's TLS block would leave too little of glibc's static TLS surplus for a
+// program that dlopens ember (a block with initial-exec variables must fit there whole).
 EMBER_HOT_TLS thread_local SmallLists* t_small_lists = nullptr;
 EMBER_HOT_TLS thread_local bool t_small_lists_gone = false;
 
@@ -58,13 +60,15 @@ struct SmallLists {
     if (!lists) {
       if (t_small_lists_gone) return nullptr;
       lists = make();
+      if (!lists) return nullptr;
     }
     return &lists->lists[rounded / kSmallStep - 1];
   }
   [[gnu::noinline]] static SmallLists* make() {
-    thread_local SmallLists lists;
-    t_small_lists = &lists;
-    return &lists;
+    // nothrow: small_free is noexcept; without memory for the lists, blocks bypass them.
+    thread_local std::unique_ptr<SmallLists> owner{new (std::nothrow) SmallLists};
+    t_small_lists = owner.get();
+    return owner.get();
   }
   // The most blocks kept for a class (a table: a division per free showed in the dispatch).
   static size_t cap(size_t rounded) {

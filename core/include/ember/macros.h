@@ -25,5 +25,11 @@
 // build. It takes space in the static TLS block, which a library opened later with dlopen can
 // only use up to glibc's surplus (about 1.6 KiB shared by every library): so only small, hot,
 // trivially destructible variables (a flag, a pointer) get it, a few dozen bytes in all. Its
-// declaration in a header carries it too, so every library reads it the same way.
+// declaration in a header carries it too, so every library reads it the same way. nvcc's front
+// end rejects the attribute on a declaration ("does not apply here"): a .cu file reads these
+// with the default model, which is valid for any variable, only slower (no .cu reads one per op).
+#if defined(__CUDACC__)
+#define EMBER_HOT_TLS
+#else
 #define EMBER_HOT_TLS [[gnu::tls_model("initial-exec")]]
+#endif
