@@ -26,9 +26,10 @@ fi
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
   # fuzzer-no-link: coverage instrumentation for ember's own libraries too; -O1 as usual for
   # fuzzing (fast to build, still quick to run). The targets link only ember_io/ember_data,
-  # so nn/optim/amp/examples/tests are not built.
+  # so nn/optim/amp/examples/tests are not built. Static: each fuzz target is one binary with
+  # its loader inside (clang links no sanitizer runtime into shared libraries).
   CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=None \
-    -DEMBER_CUDA=OFF -DEMBER_FUZZ=ON -DEMBER_SANITIZE=ON -DEMBER_BENCH=OFF \
+    -DEMBER_CUDA=OFF -DEMBER_FUZZ=ON -DEMBER_SANITIZE=ON -DEMBER_BENCH=OFF -DBUILD_SHARED_LIBS=OFF \
     -DCMAKE_CXX_FLAGS="-O1 -g -fsanitize=fuzzer-no-link" >/dev/null
 fi
 cmake --build "$BUILD_DIR" -j "$JOBS" --target "${TARGETS[@]}" fuzz_make_seeds

@@ -77,6 +77,14 @@ if(shared_libs)
       message(FATAL_ERROR "install test: ${lib} has no versioned SONAME:\n${last_output}")
     endif()
   endforeach()
+  # Loaded at run time by a program that does not link it (a Python extension, a plugin host).
+  if(NOT CXX_COMPILER)
+    set(CXX_COMPILER c++)
+  endif()
+  run_step("build the dlopen check" ${CXX_COMPILER} ${CONSUMER_SOURCE_DIR}/dlopen_check.cpp -ldl
+           -o ${WORK_DIR}/dlopen_check)
+  run_step("dlopen the installed libraries" ${WORK_DIR}/dlopen_check ${lib_dir}/libember_distributed.so
+           ${lib_dir}/libember_amp.so ${lib_dir}/libember_io.so ${lib_dir}/libember_data.so)
   file(RENAME ${prefix} ${WORK_DIR}/moved)
   file(GLOB moved_tool ${WORK_DIR}/moved/bin/ember-info)
   run_step("run the installed ember-info from a moved prefix" ${moved_tool} --estimate 124M)
