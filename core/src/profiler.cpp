@@ -22,9 +22,9 @@
 
 #include "ember/cuda.h"
 #include "ember/cuda_memory.h"
-#include "ember/macros.h"
 #include "ember/cuda_stream.h"
 #include "ember/error.h"
+#include "ember/macros.h"
 
 namespace ember::profiler {
 

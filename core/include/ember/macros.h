@@ -22,12 +22,14 @@
 // small-object free lists). In a shared library the default TLS model reaches a thread-local
 // through a __tls_get_addr call each time (13% of a 1-element add in bench_dispatch); the
 // initial-exec model is one load at a fixed offset from the thread pointer, as in a static
-// build. It takes space in the static TLS block, which a library opened later with dlopen can
-// only use up to glibc's surplus (about 1.6 KiB shared by every library): so only small, hot,
-// trivially destructible variables (a flag, a pointer) get it, a few dozen bytes in all. Its
-// declaration in a header carries it too, so every library reads it the same way. nvcc's front
-// end rejects the attribute on a declaration ("does not apply here"): a .cu file reads these
-// with the default model, which is valid for any variable, only slower (no .cu reads one per op).
+// build. A library with such a variable has its whole TLS block in the static TLS area; when a
+// program loads it later with dlopen (a Python extension would), the block must fit glibc's
+// surplus there (on the order of 1-2 KiB, shared by every library): so only small, hot,
+// trivially destructible variables (a flag, a pointer) get it, and libember_core keeps its TLS
+// block small (240 bytes; tests/install dlopens the installed libraries). Its declaration in a
+// header carries it too, so every library reads it the same way. nvcc's front end rejects the
+// attribute on a declaration ("does not apply here"): a .cu file reads these with the default
+// model, which is valid for any variable, only slower (no .cu file reads one per op).
 #if defined(__CUDACC__)
 #define EMBER_HOT_TLS
 #else
