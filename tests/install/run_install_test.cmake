@@ -34,6 +34,11 @@ run_step("build consumer" ${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run_step("run consumer" ${WORK_DIR}/build/app)
 message(STATUS "${last_output}")
 
+# The compiler of the programs below built without CMake (pkg-config, dlopen).
+if(NOT CXX_COMPILER)
+  set(CXX_COMPILER c++)
+endif()
+
 # The same program built from the pkg-config file alone (lib/pkgconfig/ember.pc).
 find_program(PKG_CONFIG_EXECUTABLE NAMES pkg-config pkgconf)
 file(GLOB pc_file ${prefix}/lib*/pkgconfig/ember.pc ${prefix}/lib/*/pkgconfig/ember.pc)
@@ -47,9 +52,6 @@ if(PKG_CONFIG_EXECUTABLE)
   run_step("pkg-config --cflags --libs ember" ${PKG_CONFIG_EXECUTABLE} --cflags --libs ember)
   string(STRIP "${last_output}" pc_flags)
   separate_arguments(pc_flags UNIX_COMMAND "${pc_flags}")
-  if(NOT CXX_COMPILER)
-    set(CXX_COMPILER c++)
-  endif()
   run_step("build consumer with pkg-config" ${CXX_COMPILER} -std=c++20 ${CONSUMER_SOURCE_DIR}/main.cpp
            ${pc_flags} -Wl,-rpath,${lib_dir} -o ${WORK_DIR}/app_pkg_config)
   run_step("run consumer built with pkg-config" ${WORK_DIR}/app_pkg_config)
@@ -78,15 +80,12 @@ if(shared_libs)
     endif()
   endforeach()
   # Loaded at run time by a program that does not link it (a Python extension, a plugin host).
-  if(NOT CXX_COMPILER)
-    set(CXX_COMPILER c++)
-  endif()
   run_step("build the dlopen check" ${CXX_COMPILER} ${CONSUMER_SOURCE_DIR}/dlopen_check.cpp -ldl
            -o ${WORK_DIR}/dlopen_check)
   run_step("dlopen the installed libraries" ${WORK_DIR}/dlopen_check ${lib_dir}/libember_distributed.so
            ${lib_dir}/libember_amp.so ${lib_dir}/libember_io.so ${lib_dir}/libember_data.so)
   file(RENAME ${prefix} ${WORK_DIR}/moved)
-  file(GLOB moved_tool ${WORK_DIR}/moved/bin/ember-info)
+  set(moved_tool ${WORK_DIR}/moved/bin/ember-info)
   run_step("run the installed ember-info from a moved prefix" ${moved_tool} --estimate 124M)
   run_step("libraries of the moved ember-info" ldd ${moved_tool})
   string(REGEX MATCHALL "libember_[a-z]+\\.so[^\n]*" resolved "${last_output}")
