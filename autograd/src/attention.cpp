@@ -43,18 +43,20 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                            q, k, v))
       return scaled_dot_product_attention((*c)[0], (*c)[1], (*c)[2], causal, scale);
   ops::AttentionForward f = ops::scaled_dot_product_attention_forward(q, k, v, causal, scale);
-  return record("scaled_dot_product_attention", f.out, {q, k, v},
-                [q = save(q), k = save(k), v = save(v), lse = f.lse, causal,
-                 scale](const Tensor& g, const Tensor& out) -> TensorList {
-                  const Tensor& qv = q;
-                  const Tensor& kv = k;
-                  const Tensor& vv = v;
-                  ops::AttentionBackward b = ops::scaled_dot_product_attention_backward(
-                      g, qv, kv, vv, out.detach(), lse, causal, scale);
-                  return {no_double_backward(kBackward, b.dq, {g, qv, kv, vv}),
-                          no_double_backward(kBackward, b.dk, {g, qv, kv, vv}),
-                          no_double_backward(kBackward, b.dv, {g, qv, kv})};
-                });
+  Tensor result = record("scaled_dot_product_attention", f.out, {q, k, v},
+                         [q = save(q), k = save(k), v = save(v), lse = f.lse, causal,
+                          scale](const Tensor& g, const Tensor& out) -> TensorList {
+                           const Tensor& qv = q;
+                           const Tensor& kv = k;
+                           const Tensor& vv = v;
+                           ops::AttentionBackward b = ops::scaled_dot_product_attention_backward(
+                               g, qv, kv, vv, out.detach(), lse, causal, scale);
+                           return {no_double_backward(kBackward, b.dq, {g, qv, kv, vv}),
+                                   no_double_backward(kBackward, b.dk, {g, qv, kv, vv}),
+                                   no_double_backward(kBackward, b.dv, {g, qv, kv})};
+                         });
+  EMBER_TRACE(result, "scaled_dot_product_attention", {q, k, v}, {{"causal", causal}, {"scale", scale.value_or(0.0)}});
+  return result;
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -77,25 +79,27 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   // A floating mask is an input so that one requiring grad reaches the VJP (which refuses it).
   const Tensor float_mask =
       attn_mask.defined() && is_floating(attn_mask.dtype()) ? attn_mask : Tensor();
-  return record("scaled_dot_product_attention", f.out, {q, k, v, float_mask},
-                [q = save(q), k = save(k), v = save(v), mask = save(attn_mask), lse = f.lse,
-                 dropout_p, rng = ex.rng, is_causal,
-                 scale](const Tensor& g, const Tensor& out) -> TensorList {
-                  if (autograd::needs_input_grad(3))
-                    throw NotImplementedError(
-                        "[scaled_dot_product_attention] the gradient of a floating attn_mask "
-                        "is not implemented; pass a mask that does not require grad "
-                        "(attn_mask.detach())");
-                  const Tensor& qv = q;
-                  const Tensor& kv = k;
-                  const Tensor& vv = v;
-                  const ops::AttentionExtras bex{mask, dropout_p, rng};
-                  ops::AttentionBackward b = ops::scaled_dot_product_attention_backward(
-                      g, qv, kv, vv, out.detach(), lse, bex, is_causal, scale);
-                  return {no_double_backward(kBackward, b.dq, {g, qv, kv, vv}),
-                          no_double_backward(kBackward, b.dk, {g, qv, kv, vv}),
-                          no_double_backward(kBackward, b.dv, {g, qv, kv}), Tensor()};
-                });
+  Tensor result = record("scaled_dot_product_attention", f.out, {q, k, v, float_mask},
+                         [q = save(q), k = save(k), v = save(v), mask = save(attn_mask), lse = f.lse,
+                          dropout_p, rng = ex.rng, is_causal,
+                          scale](const Tensor& g, const Tensor& out) -> TensorList {
+                           if (autograd::needs_input_grad(3))
+                             throw NotImplementedError(
+                                 "[scaled_dot_product_attention] the gradient of a floating attn_mask "
+                                 "is not implemented; pass a mask that does not require grad "
+                                 "(attn_mask.detach())");
+                           const Tensor& qv = q;
+                           const Tensor& kv = k;
+                           const Tensor& vv = v;
+                           const ops::AttentionExtras bex{mask, dropout_p, rng};
+                           ops::AttentionBackward b = ops::scaled_dot_product_attention_backward(
+                               g, qv, kv, vv, out.detach(), lse, bex, is_causal, scale);
+                           return {no_double_backward(kBackward, b.dq, {g, qv, kv, vv}),
+                                   no_double_backward(kBackward, b.dk, {g, qv, kv, vv}),
+                                   no_double_backward(kBackward, b.dv, {g, qv, kv}), Tensor()};
+                         });
+  EMBER_TRACE(result, "scaled_dot_product_attention", {q, k, v, attn_mask}, {{"causal", is_causal}, {"scale", scale.value_or(0.0)}, {"dropout_p", dropout_p}});
+  return result;
 }
 
 Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t n_head, bool causal,
@@ -104,15 +108,17 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t n_head, bo
     if (auto c = autograd::autocast_inputs(autograd::AutocastOp::scaled_dot_product_attention, qkv))
       return scaled_dot_product_attention_packed((*c)[0], n_head, causal, scale);
   ops::AttentionForward f = ops::scaled_dot_product_attention_packed_forward(qkv, n_head, causal, scale);
-  return record("scaled_dot_product_attention_packed", f.out, {qkv},
-                [qkv = save(qkv), lse = f.lse, n_head, causal,
-                 scale](const Tensor& g, const Tensor& out) -> TensorList {
-                  const Tensor& x = qkv;
-                  Tensor dqkv = ops::scaled_dot_product_attention_packed_backward(
-                      g, x, out.detach(), lse, n_head, causal, scale);
-                  return {no_double_backward("scaled_dot_product_attention_packed_backward", dqkv,
-                                             {g, x})};
-                });
+  Tensor result = record("scaled_dot_product_attention_packed", f.out, {qkv},
+                         [qkv = save(qkv), lse = f.lse, n_head, causal,
+                          scale](const Tensor& g, const Tensor& out) -> TensorList {
+                           const Tensor& x = qkv;
+                           Tensor dqkv = ops::scaled_dot_product_attention_packed_backward(
+                               g, x, out.detach(), lse, n_head, causal, scale);
+                           return {no_double_backward("scaled_dot_product_attention_packed_backward", dqkv,
+                                                      {g, x})};
+                         });
+  EMBER_TRACE(result, "scaled_dot_product_attention_packed", {qkv}, {{"n_head", n_head}, {"causal", causal}, {"scale", scale.value_or(0.0)}});
+  return result;
 }
 
 }  // namespace ember

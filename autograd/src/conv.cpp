@@ -56,16 +56,18 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::ar
   if (x.dim() == 3)  // unbatched [C, H, W], as PyTorch accepts
     return squeeze(conv2d(unsqueeze(x, 0), weight, bias, stride, padding, dilation, groups), 0);
   const ops::Conv2dParams p{stride, padding, dilation, groups};
-  return record("conv2d", ops::conv2d(x, weight, bias, p), {x, weight, bias},
-                [x = save(x), w = save(weight), p](const Tensor& g) -> TensorList {
-                  Tensor dx, dw, db;
-                  if (needs_input_grad(0))
-                    dx = conv_grad(ops::conv2d_backward_input(g, w.get(), x->sizes(), p), g, w.get());
-                  if (needs_input_grad(1))
-                    dw = conv_grad(ops::conv2d_backward_weight(g, x.get(), w->sizes(), p), g, x.get());
-                  if (needs_input_grad(2)) db = conv_bias_grad(g);
-                  return {dx, dw, db};
-                });
+  Tensor result = record("conv2d", ops::conv2d(x, weight, bias, p), {x, weight, bias},
+                         [x = save(x), w = save(weight), p](const Tensor& g) -> TensorList {
+                           Tensor dx, dw, db;
+                           if (needs_input_grad(0))
+                             dx = conv_grad(ops::conv2d_backward_input(g, w.get(), x->sizes(), p), g, w.get());
+                           if (needs_input_grad(1))
+                             dw = conv_grad(ops::conv2d_backward_weight(g, x.get(), w->sizes(), p), g, x.get());
+                           if (needs_input_grad(2)) db = conv_bias_grad(g);
+                           return {dx, dw, db};
+                         });
+  EMBER_TRACE(result, "conv2d", {x, weight, bias}, {{"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", groups}});
+  return result;
 }
 
 Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel_size, std::array<int64_t, 2> stride,
@@ -76,9 +78,11 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel_size, std::arra
               stride[1], "] must be both positive, or {0, 0} for the default (= kernel_size)");
   if (stride[0] == 0) stride = kernel_size;
   auto [y, indices] = ops::max_pool2d(x, {kernel_size, stride, padding});
-  return record("max_pool2d", y, {x}, [indices = indices, sizes = x.sizes()](const Tensor& g) -> TensorList {
+  Tensor result = record("max_pool2d", y, {x}, [indices = indices, sizes = x.sizes()](const Tensor& g) -> TensorList {
     return {pool_scatter(g, indices, sizes)};
   });
+  EMBER_TRACE(result, "max_pool2d", {x}, {{"kernel_size", kernel_size}, {"stride", stride}, {"padding", padding}});
+  return result;
 }
 
 }  // namespace ember

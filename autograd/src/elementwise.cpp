@@ -91,10 +91,12 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 
 Tensor pow(const Tensor& x, Scalar exponent) {
   double p = exponent.to_double();
-  return record("pow", ops::unary(UnaryOp::pow_scalar, x, {p, 0}), {x},
-                [x = save(x), p](const Tensor& g) -> TensorList {
-                  return {mul(g, mul(pow(x, p - 1), scalar_like(p, g)))};
-                });
+  Tensor result = record("pow", ops::unary(UnaryOp::pow_scalar, x, {p, 0}), {x},
+                         [x = save(x), p](const Tensor& g) -> TensorList {
+                           return {mul(g, mul(pow(x, p - 1), scalar_like(p, g)))};
+                         });
+  EMBER_TRACE(result, "pow", {x}, {{"exponent", p}});
+  return result;
 }
 
 // Ties split the gradient evenly between the two inputs, as in PyTorch.
@@ -171,9 +173,11 @@ Tensor relu(const Tensor& x) {
 Tensor gelu(const Tensor& x, bool tanh_approximation) {
   UnaryOp op = tanh_approximation ? UnaryOp::gelu_tanh : UnaryOp::gelu;
   BinaryOp bwd = tanh_approximation ? BinaryOp::gelu_tanh_backward : BinaryOp::gelu_backward;
-  return record("gelu", ops::unary(op, x), {x}, [x = save(x), bwd](const Tensor& g) -> TensorList {
+  Tensor result = record("gelu", ops::unary(op, x), {x}, [x = save(x), bwd](const Tensor& g) -> TensorList {
     return {fused_backward(bwd, g, x)};
   });
+  EMBER_TRACE(result, "gelu", {x}, {{"tanh_approximation", tanh_approximation}});
+  return result;
 }
 Tensor silu(const Tensor& x) {
   return record("silu", ops::unary(UnaryOp::silu, x), {x}, [x = save(x)](const Tensor& g) -> TensorList {
@@ -211,9 +215,11 @@ Tensor round(const Tensor& x, int64_t decimals) {
 // Their VJPs read x (not y): leaky_relu with a negative slope, softplus and the hard ones are
 // not invertible from y alone at every point.
 static Tensor activation(const char* name, UnaryOp op, BinaryOp bwd, const Tensor& x, ops::UnaryParams p = {}) {
-  return record(name, ops::unary(op, x, p), {x}, [x = save(x), bwd, p](const Tensor& g) -> TensorList {
+  Tensor result = record(name, ops::unary(op, x, p), {x}, [x = save(x), bwd, p](const Tensor& g) -> TensorList {
     return {fused_backward(bwd, g, x, p)};
   });
+  EMBER_TRACE(result, name, {x}, {{"a", p.a}, {"b", p.b}});
+  return result;
 }
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
   return activation("leaky_relu", UnaryOp::leaky_relu, BinaryOp::leaky_relu_backward, x, {negative_slope, 0});
@@ -255,12 +261,14 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   EMBER_OP_SCOPE("where");
-  return record("where", ops::where(cond, a, b), {a, b},
-                [cond, sa = a.sizes(), sb = b.sizes()](const Tensor& g) -> TensorList {
-                  Tensor zero = scalar_like(0, g);
-                  return {needs_input_grad(0) ? sum_to(where(cond, g, zero), sa) : Tensor(),
-                          needs_input_grad(1) ? sum_to(where(cond, zero, g), sb) : Tensor()};
-                });
+  Tensor result = record("where", ops::where(cond, a, b), {a, b},
+                         [cond, sa = a.sizes(), sb = b.sizes()](const Tensor& g) -> TensorList {
+                           Tensor zero = scalar_like(0, g);
+                           return {needs_input_grad(0) ? sum_to(where(cond, g, zero), sa) : Tensor(),
+                                   needs_input_grad(1) ? sum_to(where(cond, zero, g), sb) : Tensor()};
+                         });
+  EMBER_TRACE(result, "where", {cond, a, b});
+  return result;
 }
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
   EMBER_OP_SCOPE("where");

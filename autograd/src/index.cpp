@@ -67,7 +67,7 @@ Tensor cat(const TensorList& tensors, int64_t dim) {
     parts.emplace_back(at, len);
     at += std::max<int64_t>(len, 0);
   }
-  return record("cat", out, tensors, [d, parts = std::move(parts)](const Tensor& g) -> TensorList {
+  Tensor result = record("cat", out, tensors, [d, parts = std::move(parts)](const Tensor& g) -> TensorList {
     TensorList grads;
     for (size_t i = 0; i < parts.size(); ++i) {
       const bool wanted = parts[i].second >= 0 && needs_input_grad(i);
@@ -75,6 +75,8 @@ Tensor cat(const TensorList& tensors, int64_t dim) {
     }
     return grads;
   });
+  EMBER_TRACE(result, "cat", tensors, {{"dim", d}});
+  return result;
 }
 
 Tensor stack(const TensorList& tensors, int64_t dim) {
@@ -179,10 +181,12 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   Tensor out = ops::embedding(weight, indices);  // validates
-  return record("embedding", out, {weight},
-                [indices = save(indices), num = weight.sizes()[0]](const Tensor& g) -> TensorList {
-                  return {embedding_backward(g, indices, num)};
-                });
+  Tensor result = record("embedding", out, {weight},
+                         [indices = save(indices), num = weight.sizes()[0]](const Tensor& g) -> TensorList {
+                           return {embedding_backward(g, indices, num)};
+                         });
+  EMBER_TRACE(result, "embedding", {weight, indices});
+  return result;
 }
 
 Tensor tril(const Tensor& x, int64_t diagonal) {

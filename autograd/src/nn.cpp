@@ -81,9 +81,11 @@ Tensor softmax(const Tensor& x, int64_t dim) {
       return softmax((*c)[0], dim);
   Tensor y = ops::softmax(x, dim);
   const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "softmax");
-  return record("softmax", y, {x}, [d](const Tensor& g, const Tensor& out) -> TensorList {
+  Tensor result = record("softmax", y, {x}, [d](const Tensor& g, const Tensor& out) -> TensorList {
     return {softmax_backward(g, out, d)};
   });
+  EMBER_TRACE(result, "softmax", {x}, {{"dim", d}});
+  return result;
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
@@ -92,9 +94,11 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
       return log_softmax((*c)[0], dim);
   Tensor y = ops::log_softmax(x, dim);
   const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "log_softmax");
-  return record("log_softmax", y, {x}, [d](const Tensor& g, const Tensor& out) -> TensorList {
+  Tensor result = record("log_softmax", y, {x}, [d](const Tensor& g, const Tensor& out) -> TensorList {
     return {log_softmax_backward(g, out, d)};
   });
+  EMBER_TRACE(result, "log_softmax", {x}, {{"dim", d}});
+  return result;
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
@@ -122,11 +126,13 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
     if (auto c = autograd::autocast_inputs(autograd::AutocastOp::layer_norm, x, weight, bias))
       return layer_norm((*c)[0], normalized_shape, (*c)[1], (*c)[2], eps);
   ops::LayerNormForward f = ops::layer_norm_forward(x, normalized_shape, weight, bias, eps);
-  return record("layer_norm", f.y, {x, weight, bias},
-                [x = save(x), w = save(weight), ns = normalized_shape, mean = f.mean,
-                 rstd = f.rstd](const Tensor& g) -> TensorList {
-                  return layer_norm_vjp("layer_norm_backward", g, x, ns, w, mean, rstd);
-                });
+  Tensor result = record("layer_norm", f.y, {x, weight, bias},
+                         [x = save(x), w = save(weight), ns = normalized_shape, mean = f.mean,
+                          rstd = f.rstd](const Tensor& g) -> TensorList {
+                           return layer_norm_vjp("layer_norm_backward", g, x, ns, w, mean, rstd);
+                         });
+  EMBER_TRACE(result, "layer_norm", {x, weight, bias}, {{"normalized_shape", normalized_shape}, {"eps", eps}});
+  return result;
 }
 
 // Two nodes from the one fused forward (a node has one output): "residual_add" (x, delta) ->
@@ -175,6 +181,7 @@ std::pair<Tensor, Tensor> residual_layer_norm(const Tensor& x, const Tensor& del
                       return layer_norm_vjp("residual_layer_norm_backward", g, s_, ns, w_, mean,
                                             rstd);
                     });
+  EMBER_TRACE(y, "residual_layer_norm", {sum, w, b}, {{"normalized_shape", normalized_shape}, {"eps", eps}});
   return {std::move(sum), std::move(y)};
 }
 

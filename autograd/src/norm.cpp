@@ -29,19 +29,21 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   // no_grad): the kernel writes them in place and the front bumps their versions.
   ops::BatchNormForward f = ops::batch_norm_forward(x, weight, bias, running_mean, running_var,
                                                     training, momentum, eps);
-  return record("batch_norm", f.y, {x, weight, bias},
-                [x = save(x), w = save(weight), mean = f.mean, invstd = f.invstd,
-                 training](const Tensor& g) -> TensorList {
-                  const Tensor& xv = x;
-                  const Tensor& wv = w;
-                  ops::NormBackward b = ops::batch_norm_backward(
-                      g, xv, wv, mean, invstd, training,
-                      {needs_input_grad(0), needs_input_grad(1), needs_input_grad(2)});
-                  const char* name = "batch_norm_backward";
-                  return {no_double_backward(name, b.dx, {g, xv, wv}),
-                          no_double_backward(name, b.dweight, {g, xv}),
-                          no_double_backward(name, b.dbias, {g})};
-                });
+  Tensor result = record("batch_norm", f.y, {x, weight, bias},
+                         [x = save(x), w = save(weight), mean = f.mean, invstd = f.invstd,
+                          training](const Tensor& g) -> TensorList {
+                           const Tensor& xv = x;
+                           const Tensor& wv = w;
+                           ops::NormBackward b = ops::batch_norm_backward(
+                               g, xv, wv, mean, invstd, training,
+                               {needs_input_grad(0), needs_input_grad(1), needs_input_grad(2)});
+                           const char* name = "batch_norm_backward";
+                           return {no_double_backward(name, b.dx, {g, xv, wv}),
+                                   no_double_backward(name, b.dweight, {g, xv}),
+                                   no_double_backward(name, b.dbias, {g})};
+                         });
+  EMBER_TRACE(result, "batch_norm", {x, running_mean, running_var, weight, bias}, {{"training", training}, {"eps", eps}});
+  return result;
 }
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
@@ -50,19 +52,21 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
     if (auto c = autograd::autocast_inputs(autograd::AutocastOp::group_norm, x, weight, bias))
       return group_norm((*c)[0], num_groups, (*c)[1], (*c)[2], eps);
   ops::GroupNormForward f = ops::group_norm_forward(x, num_groups, weight, bias, eps);
-  return record("group_norm", f.y, {x, weight, bias},
-                [x = save(x), w = save(weight), num_groups, mean = f.mean,
-                 rstd = f.rstd](const Tensor& g) -> TensorList {
-                  const Tensor& xv = x;
-                  const Tensor& wv = w;
-                  ops::NormBackward b = ops::group_norm_backward(
-                      g, xv, num_groups, wv, mean, rstd,
-                      {needs_input_grad(0), needs_input_grad(1), needs_input_grad(2)});
-                  const char* name = "group_norm_backward";
-                  return {no_double_backward(name, b.dx, {g, xv, wv}),
-                          no_double_backward(name, b.dweight, {g, xv}),
-                          no_double_backward(name, b.dbias, {g})};
-                });
+  Tensor result = record("group_norm", f.y, {x, weight, bias},
+                         [x = save(x), w = save(weight), num_groups, mean = f.mean,
+                          rstd = f.rstd](const Tensor& g) -> TensorList {
+                           const Tensor& xv = x;
+                           const Tensor& wv = w;
+                           ops::NormBackward b = ops::group_norm_backward(
+                               g, xv, num_groups, wv, mean, rstd,
+                               {needs_input_grad(0), needs_input_grad(1), needs_input_grad(2)});
+                           const char* name = "group_norm_backward";
+                           return {no_double_backward(name, b.dx, {g, xv, wv}),
+                                   no_double_backward(name, b.dweight, {g, xv}),
+                                   no_double_backward(name, b.dbias, {g})};
+                         });
+  EMBER_TRACE(result, "group_norm", {x, weight, bias}, {{"num_groups", num_groups}, {"eps", eps}});
+  return result;
 }
 
 namespace {
@@ -86,17 +90,19 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
   // The default is the epsilon of the dtype the op runs in (after any autocast cast).
   const double e = eps ? *eps : machine_eps(x.dtype());
   ops::RmsNormForward f = ops::rms_norm_forward(x, normalized_shape, weight, e);
-  return record("rms_norm", f.y, {x, weight},
-                [x = save(x), w = save(weight), ns = normalized_shape,
-                 rstd = f.rstd](const Tensor& g) -> TensorList {
-                  const Tensor& xv = x;
-                  const Tensor& wv = w;
-                  ops::NormBackward b = ops::rms_norm_backward(
-                      g, xv, ns, wv, rstd, {needs_input_grad(0), needs_input_grad(1)});
-                  const char* name = "rms_norm_backward";
-                  return {no_double_backward(name, b.dx, {g, xv, wv}),
-                          no_double_backward(name, b.dweight, {g, xv})};
-                });
+  Tensor result = record("rms_norm", f.y, {x, weight},
+                         [x = save(x), w = save(weight), ns = normalized_shape,
+                          rstd = f.rstd](const Tensor& g) -> TensorList {
+                           const Tensor& xv = x;
+                           const Tensor& wv = w;
+                           ops::NormBackward b = ops::rms_norm_backward(
+                               g, xv, ns, wv, rstd, {needs_input_grad(0), needs_input_grad(1)});
+                           const char* name = "rms_norm_backward";
+                           return {no_double_backward(name, b.dx, {g, xv, wv}),
+                                   no_double_backward(name, b.dweight, {g, xv})};
+                         });
+  EMBER_TRACE(result, "rms_norm", {x, weight}, {{"normalized_shape", normalized_shape}, {"eps", e}});
+  return result;
 }
 
 }  // namespace ember

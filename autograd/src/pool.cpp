@@ -24,8 +24,10 @@ Tensor avg_pool_bwd(const Tensor& g, const Shape& input_sizes, const ops::AvgPoo
                 [p](const Tensor& gg) -> TensorList { return {avg_pool_fwd(gg, p)}; });
 }
 Tensor avg_pool_fwd(const Tensor& x, const ops::AvgPool2dParams& p) {
-  return record("avg_pool2d", ops::avg_pool2d(x, p), {x},
-                [p, sizes = x.sizes()](const Tensor& g) -> TensorList { return {avg_pool_bwd(g, sizes, p)}; });
+  Tensor result = record("avg_pool2d", ops::avg_pool2d(x, p), {x},
+                         [p, sizes = x.sizes()](const Tensor& g) -> TensorList { return {avg_pool_bwd(g, sizes, p)}; });
+  EMBER_TRACE(result, "avg_pool2d", {x}, {{"kernel_size", p.kernel}, {"stride", p.stride}, {"padding", p.padding}, {"ceil_mode", p.ceil_mode}, {"count_include_pad", p.count_include_pad}, {"divisor_override", p.divisor_override}});
+  return result;
 }
 
 // ---- adaptive_avg_pool2d ----

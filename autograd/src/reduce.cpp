@@ -80,11 +80,13 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
   if (autocast::any_enabled()) [[unlikely]]
     if (auto c = autograd::autocast_inputs(autograd::AutocastOp::sum, x))
       return sum((*c)[0], dims, keepdim);
-  return record("sum", ops::reduce(ReduceOp::sum, x, dims, keepdim), {x},
-                [sizes = x.sizes(), dims, keepdim](const Tensor& g) -> TensorList {
-                  const Shape rd = ops::reduce_dims("sum", dims, int64_t(sizes.size()));
-                  return {unreduce(g, sizes, rd, keepdim)};
-                });
+  Tensor result = record("sum", ops::reduce(ReduceOp::sum, x, dims, keepdim), {x},
+                         [sizes = x.sizes(), dims, keepdim](const Tensor& g) -> TensorList {
+                           const Shape rd = ops::reduce_dims("sum", dims, int64_t(sizes.size()));
+                           return {unreduce(g, sizes, rd, keepdim)};
+                         });
+  EMBER_TRACE(result, "sum", {x}, {{"dims", dims}, {"keepdim", keepdim}});
+  return result;
 }
 
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
@@ -92,12 +94,14 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   if (autocast::any_enabled()) [[unlikely]]
     if (auto c = autograd::autocast_inputs(autograd::AutocastOp::mean, x))
       return mean((*c)[0], dims, keepdim);
-  return record("mean", ops::reduce(ReduceOp::mean, x, dims, keepdim), {x},
-                [sizes = x.sizes(), dims, keepdim](const Tensor& g) -> TensorList {
-                  const Shape rd = ops::reduce_dims("mean", dims, int64_t(sizes.size()));
-                  const double n = double(ops::reduce_count(sizes, rd));
-                  return {unreduce(div(g, scalar_like(n, g)), sizes, rd, keepdim)};
-                });
+  Tensor result = record("mean", ops::reduce(ReduceOp::mean, x, dims, keepdim), {x},
+                         [sizes = x.sizes(), dims, keepdim](const Tensor& g) -> TensorList {
+                           const Shape rd = ops::reduce_dims("mean", dims, int64_t(sizes.size()));
+                           const double n = double(ops::reduce_count(sizes, rd));
+                           return {unreduce(div(g, scalar_like(n, g)), sizes, rd, keepdim)};
+                         });
+  EMBER_TRACE(result, "mean", {x}, {{"dims", dims}, {"keepdim", keepdim}});
+  return result;
 }
 
 Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) {

@@ -111,8 +111,10 @@ Tensor permute(const Tensor& x, const Shape& dims) {
     sizes[i] = x.sizes()[d];
     strides[i] = x.strides()[d];
   }
-  return record("permute", raw_view(x, sizes, strides, x.storage_offset()), {x},
-                [inverse](const Tensor& g) -> TensorList { return {permute(g, inverse)}; });
+  Tensor result = record("permute", raw_view(x, sizes, strides, x.storage_offset()), {x},
+                         [inverse](const Tensor& g) -> TensorList { return {permute(g, inverse)}; });
+  EMBER_TRACE(result, "permute", {x}, {{"dims", dims}});
+  return result;
 }
 
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
@@ -138,10 +140,12 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   Shape sizes = x.sizes(), strides = x.strides();
   sizes[d] = (end - start + step - 1) / step;
   strides[d] *= step;
-  return record("slice", raw_view(x, sizes, strides, x.storage_offset() + start * x.strides()[d]), {x},
-                [in = x.sizes(), d, start, end, step](const Tensor& g) -> TensorList {
-                  return {scatter_into_zeros(g, in, [=](const Tensor& t) { return slice(t, d, start, end, step); })};
-                });
+  Tensor result = record("slice", raw_view(x, sizes, strides, x.storage_offset() + start * x.strides()[d]), {x},
+                         [in = x.sizes(), d, start, end, step](const Tensor& g) -> TensorList {
+                           return {scatter_into_zeros(g, in, [=](const Tensor& t) { return slice(t, d, start, end, step); })};
+                         });
+  EMBER_TRACE(result, "slice", {x}, {{"dim", d}, {"start", start}, {"end", end}, {"step", step}});
+  return result;
 }
 
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
@@ -166,10 +170,12 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
   Shape sizes = x.sizes(), strides = x.strides();
   sizes.erase(size_t(d));
   strides.erase(size_t(d));
-  return record("select", raw_view(x, sizes, strides, x.storage_offset() + index * x.strides()[d]), {x},
-                [in = x.sizes(), d, index](const Tensor& g) -> TensorList {
-                  return {scatter_into_zeros(g, in, [=](const Tensor& t) { return select(t, d, index); })};
-                });
+  Tensor result = record("select", raw_view(x, sizes, strides, x.storage_offset() + index * x.strides()[d]), {x},
+                         [in = x.sizes(), d, index](const Tensor& g) -> TensorList {
+                           return {scatter_into_zeros(g, in, [=](const Tensor& t) { return select(t, d, index); })};
+                         });
+  EMBER_TRACE(result, "select", {x}, {{"dim", d}, {"index", index}});
+  return result;
 }
 
 Tensor expand(const Tensor& x, const Shape& shape) {

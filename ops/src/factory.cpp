@@ -1,4 +1,5 @@
 #include "ember/factory.h"
+#include "ember/trace.h"
 
 #include <cmath>
 #include <cstring>
@@ -58,7 +59,11 @@ Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<TensorOptions
   const ops::ArangeTerms terms{!any_float, any_float ? 0 : start.to_int(), any_float ? 0 : step.to_int(), a, s};
   Tensor t = alloc({n}, opts, "arange");
   EMBER_DISPATCH_KERNEL(t.device(), arange_kernel, t, terms);
-  return finish(t, opts);
+  t = finish(t, opts);
+  // Traced (Note [tracing]): a range whose bounds follow the input's sizes (positions 0 .. T)
+  // is an ONNX Range over the input's runtime size.
+  EMBER_TRACE(t, "arange", {}, {{"start", a}, {"end", b}, {"step", s}});
+  return t;
 }
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {

@@ -9,6 +9,8 @@
 //                   [](const Tensor& g, const Tensor& y) -> TensorList { return {g * y}; });
 //   }
 //
+// With a Tracer on the thread (an export), record also reports the op (Note [tracing]).
+//
 // Tensors a VJP needs are captured as Saved (save(x)): a saved input keeps its graph history
 // (double backward needs it), the saved output is stored detached (no reference cycle), and
 // both detect in-place modification between forward and backward.
@@ -19,6 +21,7 @@
 #include <utility>
 
 #include "ember/autograd/node.h"
+#include "ember/trace.h"
 #include "ember/grad_mode.h"
 
 namespace ember::autograd {
@@ -141,6 +144,8 @@ class FunctionNode final : public Node {
 // The inputs are an initializer list so that the no-grad path allocates nothing.
 template <class Vjp>
 Tensor record(const char* name, Tensor output, std::initializer_list<TensorRef> inputs, Vjp&& vjp) {
+  if (trace::active()) [[unlikely]]
+    trace::t_tracer->record_node(name, output, TensorList(inputs.begin(), inputs.end()));
   if (!needs_grad(inputs)) return output;
   TensorList in(inputs.begin(), inputs.end());
   using Fn = detail::FunctionNode<std::decay_t<Vjp>>;
@@ -151,6 +156,7 @@ Tensor record(const char* name, Tensor output, std::initializer_list<TensorRef> 
 // For ops with a variable number of inputs (cat, stack).
 template <class Vjp>
 Tensor record(const char* name, Tensor output, const TensorList& inputs, Vjp&& vjp) {
+  if (trace::active()) [[unlikely]] trace::t_tracer->record_node(name, output, inputs);
   if (!needs_grad(inputs)) return output;
   using Fn = detail::FunctionNode<std::decay_t<Vjp>>;
   auto node = std::allocate_shared<Fn>(ember::detail::SmallObjectAllocator<Fn>{}, name, std::forward<Vjp>(vjp), inputs, output);
