@@ -8,6 +8,7 @@
 //   build/bin/mnist --model cnn --epochs 3 --checkpoint runs/cnn --resume   # continues
 //   build/bin/mnist --model cnn --amp bf16           # autocast (fp16: autocast + GradScaler)
 //   build/bin/mnist --device cuda --cuda-graph       # the step captured once, then replayed
+//   build/bin/mnist --model cnn --export-onnx cnn.onnx   # then run it in ONNX Runtime (README)
 //   mpirun -np 2 build/bin/mnist --ddp               # data parallel: each rank takes half of
 //                                                    # every batch (README: Data-parallel)
 //   mpirun -np 2 build/bin/mnist --fsdp              # sharded (FSDP): each rank holds half of the
@@ -80,7 +81,7 @@ struct Cnn : Classifier {
 
 struct Config {
   std::string data = "data/mnist", dataset = "mnist", model = "mlp", device = "cpu";
-  std::string checkpoint, out, amp = "off";
+  std::string checkpoint, out, amp = "off", export_onnx;
   int64_t epochs = 1, batch_size = 128, max_steps = 0, checkpoint_every = 0, log_every = 50;
   int workers = 1;
   int64_t profile = 0;  // --profile N
@@ -122,6 +123,9 @@ int run(const Config& cfg) {
   manual_seed(cfg.seed);
   // Where the run will write, checked before any data is read or step taken.
   const std::string out_dir = examples::prepare_run_folders("mnist", cfg.out, cfg.checkpoint, "runs/mnist", rank == 0);
+  EMBER_CHECK(cfg.export_onnx.empty() || !cfg.fsdp, ValueError, "[mnist] --export-onnx does not combine with --fsdp "
+              "(each rank holds a shard of the weights); export in one process from the checkpoint");
+  if (!cfg.export_onnx.empty() && rank == 0) examples::prepare_output_file("mnist", "--export-onnx", cfg.export_onnx);
 
   // ---- data ----
   std::unique_ptr<data::MNIST> train_set, test_set;
@@ -410,6 +414,18 @@ int run(const Config& cfg) {
   const double samples_per_s = train_seconds > 0 ? double(trained_samples) / train_seconds : 0.0;
   std::printf("test accuracy %.2f%% | metrics: %s, %s\n", 100 * test.accuracy,
               metrics->csv_path().c_str(), metrics->svg_path().c_str());
+  if (!cfg.export_onnx.empty()) {
+    // The file takes raw pixels in [0, 1] and normalizes them as training did, so a user of
+    // the ONNX model needs nothing but the images.
+    const double mean = train_set->mean(), stddev = train_set->stddev();
+    Classifier& net = *model;
+    io::export_onnx(
+        net, [&](const TensorList& in) { return TensorList{net.forward((in[0] - mean) / stddev)}; },
+        {zeros({1, 1, 28, 28}, TensorOptions().device(dev))}, cfg.export_onnx,
+        {.input_names = {"image"}, .output_names = {"logits"}, .dynamic_axes = {{"image", {{0, "batch"}}}}});
+    std::printf("exported %s (ONNX opset 17): image [batch, 1, 28, 28] pixels in [0, 1] -> logits [batch, 10]\n",
+                cfg.export_onnx.c_str());
+  }
   examples::ResultLine()
       .num("test_accuracy", test.accuracy)
       .num("test_loss", test.loss)
@@ -451,6 +467,8 @@ int main(int argc, char** argv) {
       ->check(ember::examples::NonNegativeNumber);
   app.add_option("--log-every", cfg.log_every, "progress and metrics every N steps")->check(ember::examples::PositiveNumber);
   app.add_option("--out", cfg.out, "folder for metrics.csv and metrics.svg (default: --checkpoint or runs/mnist)");
+  app.add_option("--export-onnx", cfg.export_onnx,
+                 "after training, write the model as ONNX to FILE (image pixels in [0, 1] -> logits)");
   app.add_option("--amp", cfg.amp,
                  "mixed precision: off, bf16 (autocast), or fp16 (autocast + GradScaler)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));

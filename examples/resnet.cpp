@@ -7,6 +7,7 @@
 //   build/bin/resnet                                 # 4 epochs on the CPU (2 reach 91%)
 //   build/bin/resnet --device cuda --amp bf16 --epochs 10 --cudnn-benchmark
 //   build/bin/resnet --limit 512 --epochs 2          # a quick smoke run on 512 images
+//   build/bin/resnet --export-onnx resnet.onnx       # then run it in ONNX Runtime (README)
 //
 // Per epoch it prints the mean training loss, images/s and the test loss and accuracy, and at
 // the end one `result: {json}` line.
@@ -27,6 +28,7 @@
 #include <ember/ops/conv.h>
 #include <ember/ember.h>
 
+#include "common/cli_checks.h"
 #include "common/resnet_model.h"
 
 using namespace ember;
@@ -36,7 +38,7 @@ namespace {
 using examples::ResNet;
 
 struct Config {
-  std::string data = "data/fashion-mnist", device = "cpu", amp = "off";
+  std::string data = "data/fashion-mnist", device = "cpu", amp = "off", export_onnx;
   int64_t epochs = 4, batch_size = 128, limit = 0;
   int workers = 1;
   double lr = 0.1, weight_decay = 5e-4;
@@ -77,6 +79,7 @@ int run(const Config& cfg) {
   const Device dev = cfg.device == "cuda" ? Device::cuda(0) : Device::cpu();
   ops::set_cudnn_benchmark(cfg.cudnn_benchmark);
   manual_seed(cfg.seed);
+  if (!cfg.export_onnx.empty()) examples::prepare_output_file("resnet", "--export-onnx", cfg.export_onnx);
   data::FashionMNIST train_set(cfg.data, data::Split::train, {.normalize = true});
   data::FashionMNIST test_set(cfg.data, data::Split::test, {.normalize = true});
   const int64_t n_train = cfg.limit > 0 ? std::min(cfg.limit, train_set.size()) : train_set.size();
@@ -143,6 +146,16 @@ int run(const Config& cfg) {
                 100.0 * test.accuracy);
     std::fflush(stdout);
   }
+  if (!cfg.export_onnx.empty()) {
+    // Raw pixels in [0, 1] in, normalized as in training; BatchNorm with its running statistics.
+    const double mean = train_set.mean(), stddev = train_set.stddev();
+    io::export_onnx(
+        model, [&](const TensorList& in) { return TensorList{model.forward((in[0] - mean) / stddev)}; },
+        {zeros({1, 1, 28, 28}, TensorOptions().device(dev))}, cfg.export_onnx,
+        {.input_names = {"image"}, .output_names = {"logits"}, .dynamic_axes = {{"image", {{0, "batch"}}}}});
+    std::printf("exported %s (ONNX opset 17): image [batch, 1, 28, 28] pixels in [0, 1] -> logits [batch, 10]\n",
+                cfg.export_onnx.c_str());
+  }
   std::printf("result: {\"first_train_loss\": %.6f, \"final_train_loss\": %.6f, \"test_loss\": %.6f, "
               "\"test_accuracy\": %.4f, \"images_per_s\": %.1f, \"epochs\": %lld}\n",
               first_loss, last_loss, test.loss, test.accuracy, images_per_s, (long long)cfg.epochs);
@@ -167,6 +180,8 @@ int main(int argc, char** argv) {
   app.add_option("--workers", cfg.workers, "data loader threads (0: load in the training thread)")
       ->check(CLI::Range(0, 64));
   app.add_option("--seed", cfg.seed, "seed for initialization and shuffling");
+  app.add_option("--export-onnx", cfg.export_onnx,
+                 "after training, write the model as ONNX to FILE (image pixels in [0, 1] -> logits)");
   app.add_flag("--cudnn-benchmark", cfg.cudnn_benchmark,
                "CUDA: time cuDNN's algorithms at each convolution shape's first use and run the fastest "
                "(torch.backends.cudnn.benchmark)");

@@ -74,6 +74,8 @@ MNIST::MNIST(const std::string& root, Split split, MNISTOptions options, Default
   const double mean = normalize ? options.mean.value_or(defaults.mean) : 0.0;
   const double stddev = normalize ? options.stddev.value_or(defaults.stddev) : 1.0;
   EMBER_CHECK(stddev > 0, ValueError, tag_, " stddev must be positive, got ", stddev);
+  mean_ = mean;
+  stddev_ = stddev;
   for (int p = 0; p < 256; ++p) lut_[p] = float((p / 255.0 - mean) / stddev);
 }
 

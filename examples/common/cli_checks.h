@@ -82,6 +82,16 @@ inline void prepare_output_folder(const char* program, const char* flag, const s
   if (!writable) fail("cannot write in the folder");
 }
 
+// The same for a file an output flag names (--export-onnx FILE): its folder is made and checked
+// as above; a folder in the file's place is an IOError naming the flag.
+inline void prepare_output_file(const char* program, const char* flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw IOError(str("[", program, "] ", flag, " ", path, ": is a folder, not a file"));
+  const fs::path parent = fs::path(path).parent_path();
+  prepare_output_folder(program, flag, parent.empty() ? "." : parent.string());
+}
+
 // A training run's folders, checked before it starts: the metrics folder (--out, else
 // --checkpoint, else `fallback`), which it returns, made where this rank writes metrics, and the
 // checkpoint folder, made on every rank (each may write its pieces there).

@@ -62,6 +62,9 @@ class MNIST : public Dataset {
   // The raw data: count * rows * cols pixels and count labels.
   const std::vector<uint8_t>& raw_images() const { return raw_->images; }
   const std::vector<uint8_t>& raw_labels() const { return raw_->labels; }
+  // The normalization applied, pixel -> (pixel/255 - mean) / stddev (0 and 1 when none).
+  double mean() const { return mean_; }
+  double stddev() const { return stddev_; }
   // The image and label files actually read.
   const std::string& images_path() const { return raw_->images_path; }
   const std::string& labels_path() const { return raw_->labels_path; }
@@ -83,6 +86,7 @@ class MNIST : public Dataset {
 
   std::shared_ptr<const Raw> raw_;
   int64_t count_ = 0, rows_ = 0, cols_ = 0;
+  double mean_ = 0, stddev_ = 1;
   std::string tag_;
   float lut_[256];  // pixel byte -> normalized value
 };
