@@ -67,6 +67,7 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
       return conv_transpose2d((*c)[0], (*c)[1], (*c)[2], stride, padding, output_padding, groups, dilation);
   ember::detail::check_defined("conv_transpose2d", x);
   ember::detail::check_defined("conv_transpose2d", weight, "weight");
+  const size_t trace_mark = trace::mark();
   if (x.dim() == 3)
     return squeeze(conv_transpose2d(unsqueeze(x, 0), weight, bias, stride, padding, output_padding, groups, dilation), 0);
   EMBER_CHECK(x.dim() == 4 && weight.dim() == 4, ShapeError,
@@ -108,6 +109,10 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
                 bias.sizes(), " does not match ", out[1], " output channels");
     y = y + reshape(bias, {1, out[1], 1, 1});
   }
+  // One ONNX ConvTranspose for the zero-extension, the core op and the bias add above.
+  EMBER_TRACE_COMPOSITE(trace_mark, y, "conv_transpose2d", {x, weight, bias},
+                        {{"stride", stride}, {"padding", padding}, {"output_padding", output_padding},
+                         {"dilation", dilation}, {"groups", groups}});
   return y;
 }
 

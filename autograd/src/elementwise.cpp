@@ -292,7 +292,9 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
 
 #define EMBER_COMPARISON(name)                                 \
   Tensor name(const Tensor& a, const Tensor& b) {              \
-    return ops::binary(BinaryOp::name, a, b);                  \
+    Tensor y = ops::binary(BinaryOp::name, a, b);              \
+    EMBER_TRACE(y, #name, {a, b});                             \
+    return y;                                                  \
   }
 EMBER_COMPARISON(eq)
 EMBER_COMPARISON(ne)

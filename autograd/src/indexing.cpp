@@ -549,12 +549,22 @@ TensorList meshgrid(const TensorList& tensors, const std::string& indexing) {
 
 // ---- logic and bitwise (not differentiable; bool or integer results) ----
 
-Tensor logical_and(const Tensor& a, const Tensor& b) { return ops::binary(ops::BinaryOp::logical_and, a, b); }
-Tensor logical_or(const Tensor& a, const Tensor& b) { return ops::binary(ops::BinaryOp::logical_or, a, b); }
-Tensor logical_xor(const Tensor& a, const Tensor& b) { return ops::binary(ops::BinaryOp::logical_xor, a, b); }
+// Reported to a Tracer (Note [tracing]): masks built from the inputs export.
+#define EMBER_LOGICAL(name)                                  \
+  Tensor name(const Tensor& a, const Tensor& b) {            \
+    Tensor y = ops::binary(ops::BinaryOp::name, a, b);       \
+    EMBER_TRACE(y, #name, {a, b});                           \
+    return y;                                                \
+  }
+EMBER_LOGICAL(logical_and)
+EMBER_LOGICAL(logical_or)
+EMBER_LOGICAL(logical_xor)
+#undef EMBER_LOGICAL
 Tensor logical_not(const Tensor& x) {
   ember::detail::check_defined("logical_not", x);
-  return ops::binary(ops::BinaryOp::eq, x, ops::scalar_tensor(0, x.dtype(), x.device()));
+  Tensor y = ops::binary(ops::BinaryOp::eq, x, ops::scalar_tensor(0, x.dtype(), x.device()));
+  EMBER_TRACE(y, "logical_not", {x});
+  return y;
 }
 Tensor bitwise_and(const Tensor& a, const Tensor& b) {
   check_bitwise("bitwise_and", a);

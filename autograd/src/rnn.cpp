@@ -62,8 +62,7 @@ RnnLayerOutput rnn_layer(ops::RnnMode mode, const Tensor& x, const Tensor& w_ih,
                          const Tensor& h0, const Tensor& c0, bool reverse) {
   const bool lstm = mode == ops::RnnMode::lstm;
   ops::RnnLayerForward f = ops::rnn_layer_forward(mode, x, w_ih, w_hh, b_ih, b_hh, h0, c0, reverse);
-  const int64_t P = f.hc.sizes()[0], R = f.hc.sizes()[1], N = f.hc.sizes()[2],
-                H = f.hc.sizes()[3], T = R - 1;
+  const int64_t R = f.hc.sizes()[1];  // T + 1 rows
   Tensor hc = record(lstm ? "lstm_layer" : "gru_layer", f.hc, {x, w_ih, w_hh, b_ih, b_hh, h0, c0},
                      [mode, ws = f.ws, x_ = save(x), wi = save(w_ih), wh = save(w_hh),
                       has_bias = b_ih.defined(), reverse](const Tensor& g, const Tensor& y) -> TensorList {
@@ -78,12 +77,14 @@ RnnLayerOutput rnn_layer(ops::RnnMode mode, const Tensor& x, const Tensor& w_ih,
                          out.push_back(no_double_backward(name, *t, {g}));
                        return out;
                      });
-  // Views (Note [rnn layout]): one reshape to [P*(T+1), N, H], then one view per result.
-  Tensor flat = reshape(hc, {P * R, N, H});
+  EMBER_TRACE(hc, lstm ? "lstm_layer" : "gru_layer", {x, w_ih, w_hh, b_ih, b_hh, h0, c0}, {{"reverse", reverse}});
+  // Views (Note [rnn layout]). The rows are counted from the end where they are the last ones
+  // (-1, not T), so an exported graph does not bake in the sequence length.
+  const Tensor hidden = select(hc, 0, 0);
   RnnLayerOutput out;
-  out.output = narrow(flat, 0, reverse ? 0 : 1, T);
-  out.h_n = select(flat, 0, reverse ? 0 : T);
-  if (lstm) out.c_n = select(flat, 0, R + (reverse ? 0 : T));
+  out.output = reverse ? slice(hidden, 0, 0, -1) : slice(hidden, 0, 1, R);
+  out.h_n = select(hidden, 0, reverse ? 0 : -1);
+  if (lstm) out.c_n = select(select(hc, 0, 1), 0, reverse ? 0 : -1);
   return out;
 }
 

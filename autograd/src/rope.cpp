@@ -43,7 +43,9 @@ Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   EMBER_CHECK(!GradMode::is_enabled() || (!cos.requires_grad() && !sin.requires_grad()),
               NotImplementedError, "[", op, "] no gradient flows to cos and sin (they are "
               "constant position tables); pass them detached (cos.detach(), sin.detach())");
-  return rope(x, cos, sin, false);
+  Tensor y = rope(x, cos, sin, false);
+  EMBER_TRACE(y, "rotary_embedding", {x, cos, sin});
+  return y;
 }
 
 std::pair<Tensor, Tensor> rope_cos_sin(int64_t max_positions, int64_t head_dim, double theta,

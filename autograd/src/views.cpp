@@ -133,6 +133,7 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   EMBER_CHECK(step > 0, ValueError, "[slice] step must be positive, got ", step);
   const int64_t d = wrap_dim(dim, x.dim(), "slice");
   const int64_t n = x.sizes()[d];
+  const int64_t given_start = start, given_end = end;  // as written: -1 stays "the last" for export
   if (start < 0) start += n;
   if (end < 0) end += n;
   start = std::clamp<int64_t>(start, 0, n);
@@ -144,7 +145,7 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
                          [in = x.sizes(), d, start, end, step](const Tensor& g) -> TensorList {
                            return {scatter_into_zeros(g, in, [=](const Tensor& t) { return slice(t, d, start, end, step); })};
                          });
-  EMBER_TRACE(result, "slice", {x}, {{"dim", d}, {"start", start}, {"end", end}, {"step", step}});
+  EMBER_TRACE(result, "slice", {x}, {{"dim", d}, {"start", given_start}, {"end", given_end}, {"step", step}});
   return result;
 }
 
@@ -166,6 +167,7 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
   const int64_t n = x.sizes()[d];
   EMBER_CHECK(index >= -n && index < n, IndexError, "[select] index ", index,
               " is out of range for dim ", d, " of size ", n);
+  const int64_t given = index;  // as written: -1 stays "the last" for export
   if (index < 0) index += n;
   Shape sizes = x.sizes(), strides = x.strides();
   sizes.erase(size_t(d));
@@ -174,7 +176,7 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
                          [in = x.sizes(), d, index](const Tensor& g) -> TensorList {
                            return {scatter_into_zeros(g, in, [=](const Tensor& t) { return select(t, d, index); })};
                          });
-  EMBER_TRACE(result, "select", {x}, {{"dim", d}, {"index", index}});
+  EMBER_TRACE(result, "select", {x}, {{"dim", d}, {"index", given}});
   return result;
 }
 

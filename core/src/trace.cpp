@@ -48,6 +48,16 @@ void Tracer::record_node(const char* op, const Tensor& output, TensorList inputs
   add(op, output, std::move(inputs), {}, true);
 }
 
+void Tracer::record_composite(size_t mark, const char* op, const Tensor& output, TensorList inputs,
+                              std::vector<Attr> attrs) {
+  mark = std::min(mark, events_.size());
+  for (auto it = producers_.begin(); it != producers_.end();)
+    it = it->second.event >= mark ? producers_.erase(it) : std::next(it);
+  events_.erase(events_.begin() + std::ptrdiff_t(mark), events_.end());
+  from_node_.resize(mark);
+  add(op, output, std::move(inputs), std::move(attrs), false);
+}
+
 void Tracer::add(const char* op, const Tensor& output, TensorList inputs, std::vector<Attr> attrs, bool from_node) {
   const uint32_t out_version = version_of(output);
   std::vector<uint32_t> versions;

@@ -166,6 +166,15 @@ struct OpCtx {
   const TensorList& graph_inputs;   // the first trace's, and the second's
   const TensorList& graph_inputs2;
   const std::vector<std::string>& graph_input_names;
+  const OnnxExportOptions& options;
+
+  // The name of dynamic axis d of graph input i.
+  std::string axis_name(size_t i, int64_t d) const {
+    auto axes = options.dynamic_axes.find(graph_input_names[i]);
+    if (axes != options.dynamic_axes.end())
+      if (auto it = axes->second.find(d); it != axes->second.end()) return it->second;
+    return str(graph_input_names[i], "_dim", d);
+  }
 
   bool has(size_t i) const { return i < in.size() && !in[i].empty(); }
   const Shape& shape(size_t i) const { return e.inputs[i].sizes(); }
@@ -188,14 +197,18 @@ struct OpCtx {
   // A size that is v1 in the first trace and v2 in the second, as a 1-D int64 tensor [size] read
   // off the graph input whose dynamic axis has those sizes (Shape with start/end, opset 15).
   std::string dynamic_size(int64_t v1, int64_t v2, const char* what) {
-    std::string found;
+    std::string found, found_axis;
     for (size_t i = 0; i < graph_inputs.size(); ++i)
       for (int64_t d = 0; d < graph_inputs[i].dim(); ++d) {
         const int64_t s1 = graph_inputs[i].sizes()[size_t(d)], s2 = graph_inputs2[i].sizes()[size_t(d)];
         if (s1 == s2 || s1 != v1 || s2 != v2) continue;
+        // Two inputs' axes of one name (both "batch") are one size; two names are ambiguous.
+        const std::string axis = axis_name(i, d);
+        if (!found.empty() && axis == found_axis) continue;
         if (!found.empty())
-          fail(str("takes a ", what, " that equals two dynamic axes of the inputs in both traces; give the "
-                   "example different sizes along its dynamic axes"));
+          fail(str("takes a ", what, " that equals two dynamic axes of the inputs ('", found_axis, "' and '", axis,
+                   "') in both traces; give the example different sizes along them"));
+        found_axis = axis;
         onnx::NodeProto* n = g.node("Shape", {graph_input_names[i]}, {g.fresh("size")});
         set_int(n, "start", d);
         set_int(n, "end", d + 1);
@@ -216,26 +229,82 @@ struct OpCtx {
 
 using Symbolic = void (*)(OpCtx&);
 
-// Reshape target for `in` -> `out` where sizes that differ between the traces are dynamic.
-std::vector<int64_t> reshape_target(const OpCtx& c, const Shape& in1, const Shape& in2) {
-  const Shape &s1 = c.out_shape(), &s2 = c.out_shape2();
-  std::vector<int64_t> t(s1.size());
-  int64_t inferred = -1;
-  for (size_t i = 0; i < s1.size(); ++i) {
-    if (s1[i] == s2[i]) t[i] = s1[i];
-    else if (i < in1.size() && in1[i] == s1[i] && in2[i] == s2[i]) t[i] = 0;  // copied from the input
-    else {
-      if (inferred >= 0)
-        c.fail(str("reshapes ", in1, " to ", s1, ": more than one of its sizes follows a dynamic axis "
-                   "in a way a Reshape cannot infer (", s1, " vs ", s2, " in the two traces)"));
-      inferred = int64_t(i);
-      t[i] = -1;
+// The target shape of a Reshape of input 0 to the op's output, as a 1-D int64 tensor that is
+// right at any size along the dynamic axes. The dims are matched in groups of equal products
+// (in both traces), as a view's strides are: a group of one input dim is copied from the input
+// at run time (0 where it keeps its position), a group of several is their product at run time
+// (Shape -> ReduceProd): nothing is baked from the input, so a dim that merely looked fixed in
+// the traces (a strided length rounded the same way twice) stays right. A dim split into
+// several is baked where it is fixed, inferred (-1) for one that is not, and read off a
+// graph input's dynamic size for any further one.
+std::string reshape_target(OpCtx& c) {
+  const Shape &i1 = c.shape(0), &i2 = c.shape2(0), &o1 = c.out_shape(), &o2 = c.out_shape2();
+  for (size_t j = 0; j < o1.size(); ++j)
+    if (o1[j] == 0 || o2[j] == 0) c.fail("reshapes to an empty dim, which an ONNX Reshape reads as \"copy\"");
+  std::vector<std::string> pieces;
+  std::vector<int64_t> pending;  // constants waiting to be joined into one piece
+  auto flush = [&] {
+    if (!pending.empty()) pieces.push_back(c.g.ints(pending));
+    pending.clear();
+  };
+  auto input_dims = [&](size_t a, size_t b) {  // Shape(x)[a:b] at run time
+    onnx::NodeProto* n = c.g.node("Shape", {c.in[0]}, {c.g.fresh("dims")});
+    set_int(n, "start", int64_t(a));
+    set_int(n, "end", int64_t(b));
+    return n->output(0);
+  };
+  bool inferred = false;
+  size_t i = 0, j = 0;
+  while (j < o1.size()) {
+    if (o1[j] == 1 && o2[j] == 1) {  // a new (or kept) unit dim
+      pending.push_back(1);
+      ++j;
+      while (i < i1.size() && i1[i] == 1 && i2[i] == 1 && (j >= o1.size() || o1[j] != 1)) ++i;
+      continue;
+    }
+    while (i < i1.size() && i1[i] == 1 && i2[i] == 1) ++i;  // dropped unit dims
+    const size_t gi = i, gj = j;
+    int64_t p1 = 1, p2 = 1, q1 = 1, q2 = 1;
+    do {
+      if (i < i1.size() && (i == gi || p1 < q1 || (p1 == q1 && p2 < q2))) p1 *= i1[i], p2 *= i2[i], ++i;
+      else if (j < o1.size()) q1 *= o1[j], q2 *= o2[j], ++j;
+      else break;
+    } while (p1 != q1 || p2 != q2 || j == gj);
+    if (p1 != q1 || p2 != q2) c.fail(str("reshapes ", i1, " to ", o1, ": the sizes do not group (internal error)"));
+    const size_t n_in = i - gi, n_out = j - gj;
+    if (n_out == 1) {
+      if (n_in == 1 && gi == gj) {
+        pending.push_back(0);  // Reshape's "copy this dim"
+      } else {
+        flush();
+        std::string dims = input_dims(gi, i);
+        if (n_in > 1) {
+          onnx::NodeProto* prod = c.g.node("ReduceProd", {dims}, {c.g.fresh("merged")});
+          set_int(prod, "keepdims", 1);
+          dims = prod->output(0);
+        }
+        pieces.push_back(dims);
+      }
+      continue;
+    }
+    for (size_t k = gj; k < j; ++k) {  // a split: fixed sizes, one inferred, the rest read off the inputs
+      if (o1[k] == o2[k]) {
+        pending.push_back(o1[k]);
+      } else if (!inferred) {
+        pending.push_back(-1);
+        inferred = true;
+      } else {
+        flush();
+        pieces.push_back(c.dynamic_size(o1[k], o2[k], "size"));
+      }
     }
   }
-  // A static 0 would mean "copy" to ONNX: an empty dim is not exportable this way.
-  for (size_t i = 0; i < s1.size(); ++i)
-    if (s1[i] == 0 && s2[i] == 0) c.fail("reshapes to an empty dim");
-  return t;
+  flush();
+  if (pieces.empty()) return c.g.ints({});
+  if (pieces.size() == 1) return pieces[0];
+  onnx::NodeProto* cat = c.g.node("Concat", pieces, {c.g.fresh("target")});
+  set_int(cat, "axis", 0);
+  return cat->output(0);
 }
 
 void elementwise(OpCtx& c, const char* op_type) {
@@ -243,6 +312,16 @@ void elementwise(OpCtx& c, const char* op_type) {
   for (size_t i = 0; i < c.in.size(); ++i) ins.push_back(c.as(i, c.out_dtype()));
   c.g.node(op_type, ins, {c.out});
 }
+
+void compare(OpCtx& c, const char* op_type, bool negate = false) {
+  const DType t = promote_types(c.dtype(0), c.dtype(1));
+  if (!negate) {
+    c.g.node(op_type, {c.as(0, t), c.as(1, t)}, {c.out});
+    return;
+  }
+  c.g.node("Not", {c.g.op(op_type, {c.as(0, t), c.as(1, t)})}, {c.out});
+}
+void logical(OpCtx& c, const char* op_type) { c.g.node(op_type, {c.as(0, DType::b8), c.as(1, DType::b8)}, {c.out}); }
 
 void unary(OpCtx& c, const char* op_type) { c.g.node(op_type, {c.in[0]}, {c.out}); }
 
@@ -336,6 +415,79 @@ std::string attention(OpCtx& c, const std::string& q, const std::string& k, cons
   return out;
 }
 
+// Rows of a stacked-gate weight [G*H, k] (or bias [G*H]) in another gate order: blocks[i] is the
+// PyTorch gate that goes to ONNX's place i.
+std::string reorder_gates(OpCtx& c, const std::string& w, int64_t hidden, const std::vector<int64_t>& blocks) {
+  std::vector<int64_t> rows;
+  for (int64_t b : blocks)
+    for (int64_t i = 0; i < hidden; ++i) rows.push_back(b * hidden + i);
+  onnx::NodeProto* n = c.g.node("Gather", {w, c.g.ints(rows)}, {c.g.fresh("gates")});
+  set_int(n, "axis", 0);
+  return n->output(0);
+}
+
+// One direction of an LSTM or GRU layer (ember's lstm_layer / gru_layer: x [T, N, I], the
+// PyTorch weights, h0 / c0 [N, H] or absent) as ONNX's LSTM / GRU, and ember's packed result
+// hc [P, T+1, N, H] (Note [rnn layout]) assembled from its outputs: the hidden rows are the
+// initial state and Y. ONNX returns only the last cell state, so the LSTM's cell rows between
+// c0 and c_n are NaN: no public result reads them (LSTM returns output, h_n and c_n).
+void rnn_layer(OpCtx& c, bool lstm) {
+  const int64_t gates = lstm ? 4 : 3, hidden = c.shape(1)[0] / gates;
+  const DType dt = c.out_dtype();
+  // PyTorch's gate order: LSTM i f g o, GRU r z n; ONNX's: LSTM i o f c, GRU z r h.
+  const std::vector<int64_t> order = lstm ? std::vector<int64_t>{0, 3, 1, 2} : std::vector<int64_t>{1, 0, 2};
+  auto batch1 = [&](const std::string& t) { return c.g.op("Unsqueeze", {t, c.g.ints({0})}); };
+  std::vector<std::string> ins = {c.in[0], batch1(reorder_gates(c, c.in[1], hidden, order)),
+                                  batch1(reorder_gates(c, c.in[2], hidden, order)), "", "", "", ""};
+  if (c.has(3) || c.has(4)) {
+    auto part = [&](size_t i) {
+      return c.has(i) ? reorder_gates(c, c.in[i], hidden, order) : c.g.constant(zeros({gates * hidden}, dt), "zeros");
+    };
+    onnx::NodeProto* cat = c.g.node("Concat", {part(3), part(4)}, {c.g.fresh("bias")});
+    set_int(cat, "axis", 0);
+    ins[3] = batch1(cat->output(0));
+  }
+  if (c.has(5)) ins[5] = batch1(c.in[5]);
+  if (lstm && c.has(6)) ins[6] = batch1(c.in[6]);
+  if (!lstm) ins.resize(6);
+  while (!ins.empty() && ins.back().empty()) ins.pop_back();
+  const std::string y = c.g.fresh("rnn_y"), y_h = c.g.fresh("rnn_h"), y_c = c.g.fresh("rnn_c");
+  std::vector<std::string> outs = {y, y_h};
+  if (lstm) outs.push_back(y_c);
+  onnx::NodeProto* n = c.g.node(lstm ? "LSTM" : "GRU", ins, outs);
+  set_int(n, "hidden_size", hidden);
+  const bool reverse = c.e.attr_int("reverse");
+  onnx::AttributeProto* dir = n->add_attribute();
+  dir->set_name("direction");
+  dir->set_type(onnx::AttributeProto::STRING);
+  dir->set_s(reverse ? "reverse" : "forward");
+  if (!lstm) set_int(n, "linear_before_reset", 1);  // PyTorch's GRU: r * (W_hn h + b_hn)
+  // The states as [1, N, H] rows, zeros where no initial one was given.
+  auto initial = [&](size_t i) {
+    if (c.has(i)) return batch1(c.in[i]);
+    return c.g.op("Expand", {c.g.scalar(0.0, dt), c.g.op("Shape", {y_h})});
+  };
+  auto concat0 = [&](std::vector<std::string> parts) {
+    onnx::NodeProto* cat = c.g.node("Concat", parts, {c.g.fresh("rows")});
+    set_int(cat, "axis", 0);
+    return cat->output(0);
+  };
+  const std::string steps = c.g.op("Squeeze", {y, c.g.ints({1})});  // [T, N, H]
+  std::vector<std::string> hidden_rows = {initial(5), steps};
+  if (reverse) std::swap(hidden_rows[0], hidden_rows[1]);
+  std::vector<std::string> packed = {batch1(concat0(hidden_rows))};
+  if (lstm) {
+    // Steps 1 .. T-1 of `steps` have the right shape for the unknown middle rows.
+    std::string middle = c.g.op("Mul", {c.g.op("Slice", {steps, c.g.ints({1}), c.g.ints({INT64_MAX}), c.g.ints({0})}),
+                                        c.g.scalar(std::numeric_limits<double>::quiet_NaN(), dt)});
+    std::vector<std::string> cell_rows = {initial(6), middle, y_c};
+    if (reverse) std::swap(cell_rows[0], cell_rows[2]);
+    packed.push_back(batch1(concat0(cell_rows)));
+  }
+  if (packed.size() == 1) c.g.node("Identity", {packed[0]}, {c.out});
+  else set_int(c.g.node("Concat", packed, {c.out}), "axis", 0);
+}
+
 const std::unordered_map<std::string, Symbolic>& symbolics() {
   static const std::unordered_map<std::string, Symbolic> table = {
       // ---- elementwise ----
@@ -354,6 +506,17 @@ const std::unordered_map<std::string, Symbolic>& symbolics() {
        [](OpCtx& c) {
          c.g.node("Where", {c.as(0, DType::b8), c.as(1, c.out_dtype()), c.as(2, c.out_dtype())}, {c.out});
        }},
+      // ---- comparisons and logic (bool results; operands promoted as ember promotes them) ----
+      {"eq", [](OpCtx& c) { compare(c, "Equal"); }},
+      {"ne", [](OpCtx& c) { compare(c, "Equal", true); }},
+      {"lt", [](OpCtx& c) { compare(c, "Less"); }},
+      {"le", [](OpCtx& c) { compare(c, "LessOrEqual"); }},
+      {"gt", [](OpCtx& c) { compare(c, "Greater"); }},
+      {"ge", [](OpCtx& c) { compare(c, "GreaterOrEqual"); }},
+      {"logical_and", [](OpCtx& c) { logical(c, "And"); }},
+      {"logical_or", [](OpCtx& c) { logical(c, "Or"); }},
+      {"logical_xor", [](OpCtx& c) { logical(c, "Xor"); }},
+      {"logical_not", [](OpCtx& c) { c.g.node("Not", {c.as(0, DType::b8)}, {c.out}); }},
       {"relu", [](OpCtx& c) { unary(c, "Relu"); }},
       {"tanh", [](OpCtx& c) { unary(c, "Tanh"); }},
       {"sigmoid", [](OpCtx& c) { unary(c, "Sigmoid"); }},
@@ -399,10 +562,7 @@ const std::unordered_map<std::string, Symbolic>& symbolics() {
       {"contiguous", [](OpCtx& c) { c.g.node("Identity", {c.in[0]}, {c.out}); }},
       {"clone", [](OpCtx& c) { c.g.node("Identity", {c.in[0]}, {c.out}); }},
       // ---- shapes ----
-      {"view",
-       [](OpCtx& c) {
-         c.g.node("Reshape", {c.in[0], c.g.ints(reshape_target(c, c.shape(0), c.shape2(0)))}, {c.out});
-       }},
+      {"view", [](OpCtx& c) { c.g.node("Reshape", {c.in[0], reshape_target(c)}, {c.out}); }},
       {"expand",
        [](OpCtx& c) {  // a dim the input already has keeps its (maybe dynamic) size through a 1
          const Shape &s1 = c.out_shape(), &s2 = c.out_shape2(), &i1 = c.shape(0), &i2 = c.shape2(0);
@@ -499,6 +659,22 @@ const std::unordered_map<std::string, Symbolic>& symbolics() {
          set_ints(back, "perm", {0, 2, 1, 3});
          c.g.node("Reshape", {back->output(0), c.g.ints({0, 0, width})}, {c.out});
        }},
+      {"full",
+       [](OpCtx& c) {  // a fill: the value expanded to the shape, sizes that follow a dynamic axis read off the input
+         const std::vector<int64_t>& s1 = c.e.attr_ints("shape");
+         const std::vector<int64_t>& s2 = c.e2.attr_ints("shape");
+         std::vector<std::string> pieces;
+         for (size_t d = 0; d < s1.size(); ++d)
+           pieces.push_back(s1[d] == s2[d] ? c.g.ints({s1[d]}) : c.dynamic_size(s1[d], s2[d], "size"));
+         std::string shape = c.g.ints({});
+         if (pieces.size() == 1) shape = pieces[0];
+         if (pieces.size() > 1) {
+           onnx::NodeProto* cat = c.g.node("Concat", pieces, {c.g.fresh("shape")});
+           set_int(cat, "axis", 0);
+           shape = cat->output(0);
+         }
+         c.g.node("Expand", {c.g.scalar(c.e.attr_double("value"), c.out_dtype()), shape}, {c.out});
+       }},
       {"arange",
        [](OpCtx& c) {  // Range(start, limit, delta); a limit that follows a dynamic axis is read off the input
          const DType dt = c.out_dtype();
@@ -513,6 +689,38 @@ const std::unordered_map<std::string, Symbolic>& symbolics() {
            return n->output(0);
          };
          c.g.node("Range", {bound("start"), bound("end"), bound("step")}, {c.out});
+       }},
+      {"lstm_layer", [](OpCtx& c) { rnn_layer(c, true); }},
+      {"gru_layer", [](OpCtx& c) { rnn_layer(c, false); }},
+      {"conv_transpose2d",
+       [](OpCtx& c) {
+         std::vector<std::string> ins = {c.in[0], c.in[1]};
+         if (c.has(2)) ins.push_back(c.in[2]);
+         onnx::NodeProto* n = c.g.node("ConvTranspose", ins, {c.out});
+         set_ints(n, "kernel_shape", {c.shape(1)[2], c.shape(1)[3]});
+         set_ints(n, "strides", c.e.attr_ints("stride"));
+         set_ints(n, "pads", pads4(c.e.attr_ints("padding")));
+         set_ints(n, "output_padding", c.e.attr_ints("output_padding"));
+         set_ints(n, "dilations", c.e.attr_ints("dilation"));
+         set_int(n, "group", c.e.attr_int("groups"));
+       }},
+      {"swiglu",
+       [](OpCtx& c) {  // silu(gate) * up
+         c.g.node("Mul", {c.g.op("Mul", {c.in[0], c.g.op("Sigmoid", {c.in[0]})}), c.in[1]}, {c.out});
+       }},
+      {"rotary_embedding",
+       [](OpCtx& c) {  // x [B, T, H, D], cos and sin [T, D/2] (ember/ops/rope.h: rotate_half)
+         const int64_t half = c.shape(0)[3] / 2;
+         const DType dt = c.out_dtype();
+         auto table = [&](size_t i) {  // [T, 1, D/2], in x's dtype
+           return c.g.op("Unsqueeze", {c.as(i, dt), c.g.ints({1})});
+         };
+         std::string cos = table(1), sin = table(2);
+         std::string x1 = c.g.op("Slice", {c.in[0], c.g.ints({0}), c.g.ints({half}), c.g.ints({3})});
+         std::string x2 = c.g.op("Slice", {c.in[0], c.g.ints({half}), c.g.ints({2 * half}), c.g.ints({3})});
+         std::string lo = c.g.op("Sub", {c.g.op("Mul", {x1, cos}), c.g.op("Mul", {x2, sin})});
+         std::string hi = c.g.op("Add", {c.g.op("Mul", {x2, cos}), c.g.op("Mul", {x1, sin})});
+         set_int(c.g.node("Concat", {lo, hi}, {c.out}), "axis", 3);
        }},
       {"matmul", [](OpCtx& c) { c.g.node("MatMul", {c.in[0], c.in[1]}, {c.out}); }},
       {"conv2d",
@@ -608,8 +816,23 @@ const std::unordered_map<std::string, Symbolic>& symbolics() {
   return table;
 }
 
+// Attribute values alike in both traces (a NaN fill value equals itself).
+bool same_value(const trace::AttrValue& a, const trace::AttrValue& b) {
+  if (std::holds_alternative<double>(a) && std::holds_alternative<double>(b)) {
+    const double x = std::get<double>(a), y = std::get<double>(b);
+    return x == y || (std::isnan(x) && std::isnan(y));
+  }
+  return a == b;
+}
+bool same_attrs(const std::vector<trace::Attr>& a, const std::vector<trace::Attr>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].name != b[i].name || !same_value(a[i].value, b[i].value)) return false;
+  return true;
+}
+
 // Ops whose attributes may differ between the traces: their symbolics read both.
-bool attrs_may_follow_sizes(const std::string& op) { return op == "slice" || op == "arange"; }
+bool attrs_may_follow_sizes(const std::string& op) { return op == "slice" || op == "arange" || op == "full"; }
 
 // ---- the traces ----
 
@@ -722,10 +945,10 @@ class Exporter {
         throw ValueError(str("[", kOp, "] the forward ran ", describe(a[i], i), " on the example but '", b[i].op,
                              "' there on a second example (other values, dynamic axes one longer): its ops "
                              "depend on the input's values or sizes, which one ONNX graph cannot express"));
-      if (!(a[i].attrs == b[i].attrs) && !attrs_may_follow_sizes(a[i].op)) {
+      if (!same_attrs(a[i].attrs, b[i].attrs) && !attrs_may_follow_sizes(a[i].op)) {
         for (const trace::Attr& x : a[i].attrs)
           for (const trace::Attr& y : b[i].attrs)
-            if (x.name == y.name && !(x.value == y.value))
+            if (x.name == y.name && !same_value(x.value, y.value))
               throw ValueError(str("[", kOp, "] ", describe(a[i], i), " has attribute '", x.name,
                                    "' that changes with the input's sizes along the dynamic axes: it cannot be "
                                    "exported with those axes dynamic (leave them out of dynamic_axes)"));
@@ -758,8 +981,8 @@ class Exporter {
     if (!same_bits(a, b))
       throw ValueError(str("[", kOp, "] ", consumer, " reads a tensor that no exported op produced and that differs "
                            "between two traces (other input values, dynamic axes one longer): it was computed from "
-                           "the inputs by an op the exporter cannot trace (comparisons, argmax, indexing and other "
-                           "ops without a gradient are not traced) or sized by a dynamic axis"));
+                           "the inputs by an op the exporter cannot trace (argmax, sorting, indexing, random "
+                           "factories) or sized by a dynamic axis"));
     values_.push_back(Value{Value::kConstant, 0, {}, a});
     known_[key] = Known{values_.size() - 1, version};
     return values_.size() - 1;
@@ -830,7 +1053,7 @@ class Exporter {
       auto it = table.find(e.op);
       if (it == table.end())
         throw ValueError(str("[", kOp, "] ", describe(e, i), " has no ONNX export yet"));
-      OpCtx c{g, e, t2_.events[i], i, {}, {}, t1_.inputs, t2_.inputs, input_names_};
+      OpCtx c{g, e, t2_.events[i], i, {}, {}, t1_.inputs, t2_.inputs, input_names_, options_};
       for (size_t in : event_inputs_[i]) c.in.push_back(in == SIZE_MAX ? std::string() : name_of(g, in));
       c.out = name_of(g, event_value_[i]);
       it->second(c);
@@ -950,8 +1173,20 @@ void export_onnx(nn::Module& model, const OnnxForward& forward, const TensorList
     auto axes = options.dynamic_axes.find(input_names[i]);
     second.push_back(second_example(example_inputs[i], axes == options.dynamic_axes.end() ? std::map<int64_t, std::string>{} : axes->second, gen));
   }
+  {  // A first call untraced: what a module builds and caches on first use (Llama's rotary
+     // tables) must not make the two traces differ.
+    NoGradGuard no_grad;
+    forward(first);
+  }
   const Trace t1 = run_traced(forward, first);
-  const Trace t2 = run_traced(forward, second);
+  Trace t2;
+  try {
+    t2 = run_traced(forward, second);
+  } catch (const Error& e) {
+    throw ValueError(str("[", kOp, "] the forward failed on a second example made to find the dynamic sizes (other "
+                         "values; each dynamic axis one longer): ", e.what(), "; give an example that is shorter "
+                         "along its dynamic axes"));
+  }
   EMBER_CHECK(t1.outputs.size() == t2.outputs.size() && !t1.outputs.empty(), ValueError, "[", kOp,
               "] the forward returned ", uint64_t(t1.outputs.size()), " outputs, then ", uint64_t(t2.outputs.size()));
   const std::vector<std::string> output_names = default_names(options.output_names, t1.outputs.size(), "output", "output");

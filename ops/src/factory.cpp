@@ -28,7 +28,10 @@ Tensor empty(const Shape& shape, TensorOptions o) { return finish(alloc(shape, o
 static Tensor filled(const char* op, const Shape& shape, Scalar value, const TensorOptions& o) {
   Tensor t = alloc(shape, o, op);
   ops::fill_(t, value);
-  return finish(t, o);
+  t = finish(t, o);
+  // Traced (Note [tracing]): a fill sized by the input (zeros(x.sizes())) follows its sizes.
+  EMBER_TRACE(t, "full", {}, {{"shape", shape}, {"value", value.to_double()}});
+  return t;
 }
 Tensor full(const Shape& shape, Scalar value, TensorOptions o) { return filled("full", shape, value, o); }
 Tensor zeros(const Shape& shape, TensorOptions o) { return filled("zeros", shape, 0, o); }

@@ -86,6 +86,10 @@ class Tracer {
   void record(const char* op, const Tensor& output, TensorList inputs, std::vector<Attr> attrs = {});
   // autograd::record's report: the op's name, output and differentiable inputs.
   void record_node(const char* op, const Tensor& output, TensorList inputs);
+  // A composite op's full report (EMBER_TRACE_COMPOSITE): it replaces the events its own
+  // implementation recorded since `mark` (events().size() at its entry).
+  void record_composite(size_t mark, const char* op, const Tensor& output, TensorList inputs,
+                        std::vector<Attr> attrs = {});
 
  private:
   struct Producer {
@@ -102,6 +106,8 @@ class Tracer {
 
 EMBER_HOT_TLS extern constinit thread_local Tracer* t_tracer;
 inline bool active() noexcept { return t_tracer != nullptr; }
+// At a composite op's entry, for EMBER_TRACE_COMPOSITE at its end (0 when not tracing).
+inline size_t mark() noexcept { return t_tracer ? t_tracer->events().size() : 0; }
 
 // Installs `tracer` on this thread for its lifetime (nesting restores the previous one).
 class TracingGuard {
@@ -116,6 +122,15 @@ class TracingGuard {
 };
 
 }  // namespace ember::trace
+
+// An op built from other ops that ONNX has one node for (conv_transpose2d: a pad, the core
+// op and a bias add) reports itself once at its end, replacing what its body reported:
+//   const size_t trace_mark = trace::mark();  ...  EMBER_TRACE_COMPOSITE(trace_mark, y, "op", {...}, {...});
+#define EMBER_TRACE_COMPOSITE(mark, output, op, ...)                                  \
+  do {                                                                                \
+    if (::ember::trace::active()) [[unlikely]]                                        \
+      ::ember::trace::t_tracer->record_composite(mark, op, output, __VA_ARGS__);      \
+  } while (0)
 
 // Reports an op to the thread's Tracer (Note [tracing]): EMBER_TRACE(output, "name", {inputs},
 // {{"attr", value}, ...}); the attribute list may be left out.
