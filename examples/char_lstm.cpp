@@ -11,6 +11,7 @@
 //
 //   build/bin/char_lstm --steps 500                 # CPU
 //   build/bin/char_lstm --steps 2000 --device cuda
+//   build/bin/char_lstm --export-onnx char_lstm.onnx  # the trained model for ONNX Runtime
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -32,7 +33,7 @@ using ember::examples::ResultLine;
 namespace {
 
 struct Config {
-  std::string data = "data/brown", device = "cpu";
+  std::string data = "data/brown", device = "cpu", export_onnx;
   int64_t steps = 500, hidden = 256, layers = 2, embed = 64, batch = 32, seq_len = 64;
   int64_t eval_every = 50, eval_batches = 4, sample = 300;
   double lr = 2e-3, weight_decay = 0.01, clip = 1.0;
@@ -106,11 +107,14 @@ int main(int argc, char** argv) {
   app.add_option("--eval-every", cfg.eval_every, "report and validate every N steps")->check(ember::examples::PositiveNumber);
   app.add_option("--eval-batches", cfg.eval_batches, "validation windows of seq-len per report")->check(ember::examples::PositiveNumber);
   app.add_option("--sample", cfg.sample, "bytes to sample at the end (0: none)")->check(ember::examples::NonNegativeNumber);
+  app.add_option("--export-onnx", cfg.export_onnx,
+                 "after training, write the model as ONNX to FILE (bytes and LSTM state -> logits and state)");
   CLI11_PARSE(app, argc, argv);
 
   try {
     const Device dev = cfg.device == "cuda" ? Device::cuda(0) : Device::cpu();
     manual_seed(cfg.seed);
+    if (!cfg.export_onnx.empty()) examples::prepare_output_file("char_lstm", "--export-onnx", cfg.export_onnx);
     const std::string text = load_brown(cfg.data);
     const size_t split = text.size() * 95 / 100;
     const Tensor train = as_streams(text.substr(0, split), cfg.batch).to(dev);
@@ -200,6 +204,25 @@ int main(int argc, char** argv) {
         x = tensor(std::vector<int64_t>{c}, {1, 1}).to(dev);
       }
       std::printf("sample:\n%s\n", out.c_str());
+    }
+    if (!cfg.export_onnx.empty()) {
+      // bytes [batch, time] and the state (h, c) [layers, batch, hidden] in, logits and the new
+      // state out: a runtime carries the state from one call to the next, as the sampler does.
+      model.eval();
+      const auto state = [&](int64_t n) { return zeros({cfg.layers, n, cfg.hidden}, TensorOptions().device(dev)); };
+      io::export_onnx(
+          model,
+          [&](const TensorList& in) {
+            auto [logits, next] = model.forward(in[0], std::make_tuple(in[1], in[2]));
+            return TensorList{logits, std::get<0>(next), std::get<1>(next)};
+          },
+          {zeros({1, 2}, TensorOptions(DType::i64).device(dev)), state(1), state(1)}, cfg.export_onnx,
+          {.input_names = {"bytes", "h", "c"},
+           .output_names = {"logits", "h_next", "c_next"},
+           .dynamic_axes = {{"bytes", {{0, "batch"}, {1, "time"}}}, {"h", {{1, "batch"}}}, {"c", {{1, "batch"}}}}});
+      std::printf("exported %s (ONNX opset 17): bytes [batch, time] int64, h and c [%lld, batch, %lld] -> "
+                  "logits [batch, time, 256], h_next, c_next\n",
+                  cfg.export_onnx.c_str(), (long long)cfg.layers, (long long)cfg.hidden);
     }
     ResultLine()
         .text("example", "char_lstm")

@@ -18,6 +18,7 @@
 //   build/bin/gpt --init-from gpt2 --lr 1e-4 --steps 100 --save-pretrained gpt2-ft  # fine-tune HF's gpt2
 //   build/bin/gpt --generate --checkpoint runs/gpt2 --prompt "The jury said"
 //   build/bin/gpt --generate --init-from gpt2 --prompt "The jury said" --top-p 0.9
+//   build/bin/gpt --export-onnx gpt.onnx --checkpoint runs/gpt2       # logits in ONNX Runtime (README)
 //
 // Per step: --total-batch-tokens / (B * T * ranks) micro-batches of B x T tokens on each rank,
 // their mean loss backpropagated (DDP reduces only after the last one: no_sync), the gradient
@@ -57,6 +58,7 @@ struct Config {
   std::string arch = "gpt", preset = "tiny", device = "cpu", amp = "off", checkpoint, out;
   std::string init_from;        // a Hugging Face GPT-2 folder (config.json + model.safetensors)
   std::string save_pretrained;  // write the trained GPT-2 there, in that layout
+  std::string export_onnx;      // write the model of --checkpoint / --init-from there as ONNX
   int64_t batch_size = 8, seq_len = 0, total_batch_tokens = 0, steps = 200, warmup_steps = 20;
   int64_t eval_every = 50, eval_steps = 10, sample_every = 100, sample_tokens = 64;
   int64_t checkpoint_every = 0, log_every = 10;
@@ -127,15 +129,9 @@ std::string sample_text(const nn::CausalLM& model, const data::GPT2Tokenizer& to
   return tok.decode(generated);
 }
 
-// Samples from the latest checkpoint in --checkpoint (the model it was trained from rebuilt from
-// its meta), or from the pretrained folder --init-from when no --checkpoint is given.
-int generate(const Config& cfg) {
-  EMBER_CHECK(!cfg.checkpoint.empty() || !cfg.init_from.empty(), ValueError,
-              "[gpt] --generate needs --checkpoint DIR or --init-from DIR");
-  const Device dev = cfg.device == "cuda" ? Device::cuda(0) : Device::cpu();
-  std::optional<data::GPT2Tokenizer> tok = load_tokenizer(cfg.tokenizer);
-  EMBER_CHECK(tok.has_value(), IOError, "[gpt] --tokenizer ", cfg.tokenizer,
-              " has no encoder.json (run: bash scripts/fetch_data.sh gpt2)");
+// The model of the latest checkpoint in --checkpoint (rebuilt from its meta), or the pretrained
+// folder --init-from when no --checkpoint is given, in eval mode on `dev`.
+std::unique_ptr<nn::CausalLM> load_trained(const Config& cfg, Device dev) {
   std::unique_ptr<nn::CausalLM> model;
   if (!cfg.checkpoint.empty()) {
     std::optional<io::Checkpoint> ckpt = io::load_latest_checkpoint(cfg.checkpoint, dev);
@@ -150,6 +146,41 @@ int generate(const Config& cfg) {
   }
   model->to(dev);
   model->eval();
+  return model;
+}
+
+// --export-onnx FILE: the model of --checkpoint or --init-from as ONNX, token ids [batch,
+// sequence] -> logits [batch, sequence, vocabulary], both axes dynamic (sequence up to the
+// block size).
+int export_onnx(const Config& cfg) {
+  EMBER_CHECK(!cfg.checkpoint.empty() || !cfg.init_from.empty(), ValueError,
+              "[gpt] --export-onnx needs --checkpoint DIR or --init-from DIR");
+  examples::prepare_output_file("gpt", "--export-onnx", cfg.export_onnx);
+  const Device dev = cfg.device == "cuda" ? Device::cuda(0) : Device::cpu();
+  std::unique_ptr<nn::CausalLM> model = load_trained(cfg, dev);
+  // A short example: the export traces the forward again one token longer.
+  const int64_t T = std::max<int64_t>(1, std::min<int64_t>(8, model->block_size() - 1));
+  const Tensor example = zeros({1, T}, TensorOptions(DType::i64).device(dev));
+  nn::CausalLM& lm = *model;
+  io::export_onnx(
+      lm, [&](const TensorList& in) { return TensorList{lm.forward(in[0])}; }, {example}, cfg.export_onnx,
+      {.input_names = {"ids"}, .output_names = {"logits"},
+       .dynamic_axes = {{"ids", {{0, "batch"}, {1, "sequence"}}}}});
+  std::printf("exported %s (ONNX opset 17): ids [batch, sequence <= %lld] int64 -> logits [batch, sequence, %lld]\n",
+              cfg.export_onnx.c_str(), (long long)model->block_size(),
+              (long long)lm.forward(example).size(-1));
+  return 0;
+}
+
+// Samples from the model load_trained() finds.
+int generate(const Config& cfg) {
+  EMBER_CHECK(!cfg.checkpoint.empty() || !cfg.init_from.empty(), ValueError,
+              "[gpt] --generate needs --checkpoint DIR or --init-from DIR");
+  const Device dev = cfg.device == "cuda" ? Device::cuda(0) : Device::cpu();
+  std::optional<data::GPT2Tokenizer> tok = load_tokenizer(cfg.tokenizer);
+  EMBER_CHECK(tok.has_value(), IOError, "[gpt] --tokenizer ", cfg.tokenizer,
+              " has no encoder.json (run: bash scripts/fetch_data.sh gpt2)");
+  std::unique_ptr<nn::CausalLM> model = load_trained(cfg, dev);
   const nn::GenerationConfig options{.max_new_tokens = cfg.max_new_tokens, .temperature = cfg.temperature,
                                      .top_k = cfg.top_k, .top_p = cfg.top_p};
   std::printf("%s%s\n", cfg.prompt.c_str(), sample_text(*model, *tok, tok->encode(cfg.prompt), options, cfg.seed).c_str());
@@ -601,6 +632,8 @@ int main(int argc, char** argv) {
                  "profile N steps after 2 warm-up steps: print the op table, write <out>/trace.json, stop")
       ->check(ember::examples::NonNegativeNumber);
   app.add_flag("--deterministic", cfg.deterministic, "ember::set_deterministic(true)");
+  app.add_option("--export-onnx", cfg.export_onnx,
+                 "write the model of --checkpoint (latest) or --init-from as ONNX to FILE, and exit");
   app.add_flag("--generate", cfg.generate,
                "sample from the latest checkpoint in --checkpoint (or from --init-from) instead of training");
   app.add_option("--prompt", cfg.prompt, "--generate: the text to continue");
@@ -624,6 +657,12 @@ int main(int argc, char** argv) {
                          "--checkpoint/--resume, --save-pretrained or --cuda-graph\n");
     return 2;
   }
+  if (!cfg.export_onnx.empty() && (cfg.generate || cfg.ddp || cfg.fsdp || cfg.tp > 1 || cfg.resume ||
+                                   !cfg.save_pretrained.empty())) {
+    std::fprintf(stderr, "gpt: --export-onnx exports a saved model in one process; it does not combine with "
+                         "--generate, --ddp, --fsdp, --tp, --resume or --save-pretrained\n");
+    return 2;
+  }
   if (cfg.fsdp && (cfg.ddp || cfg.generate)) {
     std::fprintf(stderr, "gpt: --fsdp trains (sharding over the ranks); it does not combine with --ddp or "
                          "--generate\n");
@@ -639,5 +678,7 @@ int main(int argc, char** argv) {
       return rc;
     });
   }
-  return ember::examples::exit_code_of("gpt", [&] { return cfg.generate ? generate(cfg) : train(cfg); });
+  return ember::examples::exit_code_of("gpt", [&] {
+    return !cfg.export_onnx.empty() ? export_onnx(cfg) : cfg.generate ? generate(cfg) : train(cfg);
+  });
 }

@@ -4,6 +4,7 @@
 //
 //   build/bin/transformer_encoder                         # CPU, 600 steps
 //   build/bin/transformer_encoder --device cuda --steps 2000 --d-model 128
+//   build/bin/transformer_encoder --export-onnx encoder.onnx   # the trained model for ONNX Runtime
 //
 // The task: a sequence of 1..max_len digits (odd lengths, so no ties) is labelled 1 when more
 // of its digits are >= 5 than < 5. Sequences are padded to max_len with RANDOM digits, not a
@@ -43,6 +44,7 @@ struct Config {
   int64_t log_every = 100;
   uint64_t seed = 0;
   std::string device = "cpu";
+  std::string export_onnx;
 };
 
 // A batch: tokens [B, T] (i64), key padding mask [B, T] (bool, true = padding), labels [B].
@@ -134,6 +136,8 @@ int main(int argc, char** argv) {
   app.add_option("--eval-size", cfg.eval_size, "held-out sequences")->check(ember::examples::PositiveNumber);
   app.add_option("--log-every", cfg.log_every, "print the loss every N steps")->check(ember::examples::PositiveNumber);
   app.add_option("--seed", cfg.seed, "seed for data, initialization and dropout");
+  app.add_option("--export-onnx", cfg.export_onnx,
+                 "after training, write the model as ONNX to FILE (tokens and padding mask -> logits)");
   app.add_option("--device", cfg.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   CLI11_PARSE(app, argc, argv);
 
@@ -142,6 +146,7 @@ int main(int argc, char** argv) {
       throw ValueError(str("[transformer_encoder] --heads ", cfg.heads, " must divide --d-model ", cfg.d_model));
     const Device dev = cfg.device == "cuda" ? Device::cuda(0) : Device::cpu();
     manual_seed(cfg.seed);
+    if (!cfg.export_onnx.empty()) examples::prepare_output_file("transformer_encoder", "--export-onnx", cfg.export_onnx);
     Classifier model(cfg);
     model.to(dev);
     optim::AdamW opt(model.parameters(), {.lr = cfg.lr, .weight_decay = 0.01});
@@ -182,6 +187,20 @@ int main(int argc, char** argv) {
     std::printf("held-out accuracy %.2f%% (chance ~50%%; the same model without the padding mask: %.2f%%)\n",
                 100 * acc, 100 * acc_unmasked);
     std::printf("training: %.0f tokens/s (%.1f s)\n", tokens_per_s, seconds);
+    if (!cfg.export_onnx.empty()) {
+      // An example shorter than max_len: the export traces again one token longer.
+      std::mt19937_64 example_rng(cfg.seed);
+      const Batch example = make_batch(example_rng, 2, std::max<int64_t>(1, cfg.max_len - 1), dev);
+      io::export_onnx(
+          model, [&](const TensorList& in) { return TensorList{model.forward({in[0], in[1], Tensor()})}; },
+          {example.tokens, example.padding}, cfg.export_onnx,
+          {.input_names = {"tokens", "padding"},
+           .output_names = {"logits"},
+           .dynamic_axes = {{"tokens", {{0, "batch"}, {1, "length"}}}, {"padding", {{0, "batch"}, {1, "length"}}}}});
+      std::printf("exported %s (ONNX opset 17): tokens [batch, length <= %lld] int64, padding [batch, length] "
+                  "bool (true = padding) -> logits [batch, 2]\n",
+                  cfg.export_onnx.c_str(), (long long)cfg.max_len);
+    }
     std::printf("result: {\"train_loss\": %.4f, \"test_accuracy\": %.4f, \"test_accuracy_without_mask\": %.4f, "
                 "\"tokens_per_s\": %.0f, \"steps\": %lld, \"device\": \"%s\"}\n",
                 last_loss, acc, acc_unmasked, tokens_per_s, (long long)cfg.steps, cfg.device.c_str());

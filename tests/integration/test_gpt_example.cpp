@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "ember/cuda.h"
+#include "ember/ember.h"
+#include "support/onnx_runtime.h"
 #include "support/test_support.h"
 
 #ifndef EMBER_BIN_DIR
@@ -79,14 +81,6 @@ std::vector<std::string> train_losses(const fs::path& csv) {
   return out;
 }
 
-double result_number(const std::string& output, const std::string& key) {
-  const size_t at = output.find("result: {");
-  if (at == std::string::npos) return NAN;
-  const size_t k = output.find("\"" + key + "\": ", at);
-  if (k == std::string::npos) return NAN;
-  return std::strtod(output.c_str() + k + key.size() + 4, nullptr);
-}
-
 class GptExample : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -116,7 +110,7 @@ TEST_F(GptExample, TrainsDeterministicallyAndResumesBitExact) {
   const double last = std::stod(la.back().substr(la.back().find(':') + 1));
   EXPECT_GT(first, 10.0) << "an untrained GPT-2 head starts near ln(50257) = 10.8";
   EXPECT_LT(last, first - 1.0) << ra.output;
-  EXPECT_TRUE(std::isfinite(result_number(ra.output, "val_loss"))) << ra.output;
+  EXPECT_TRUE(std::isfinite(ember::test::result_number(ra.output, "val_loss"))) << ra.output;
   EXPECT_NE(ra.output.find("\"preset\": \"tiny\""), std::string::npos) << ra.output;
 
   ProcessResult saving = run_gpt(common(parts) + "--steps 8 --deterministic --checkpoint " +
@@ -235,10 +229,36 @@ TEST_F(GptExample, DdpOnOneCardMatchesThePlainRun) {
   ASSERT_EQ(plain.size(), 8u) << plain_out;
   ASSERT_EQ(ddp.size(), plain.size()) << ddp_out;
   for (size_t k = 0; k < plain.size(); ++k) EXPECT_NEAR(ddp[k], plain[k], 1e-4 * std::abs(plain[k])) << "step " << k + 1;
-  EXPECT_EQ(result_number(ddp_out, "ranks"), 1.0) << ddp_out;
-  const double val_plain = result_number(plain_out, "val_loss"), val_ddp = result_number(ddp_out, "val_loss");
+  EXPECT_EQ(ember::test::result_number(ddp_out, "ranks"), 1.0) << ddp_out;
+  const double val_plain = ember::test::result_number(plain_out, "val_loss"), val_ddp = ember::test::result_number(ddp_out, "val_loss");
   ASSERT_TRUE(std::isfinite(val_plain)) << plain_out;
   EXPECT_NEAR(val_ddp, val_plain, 1e-4 * std::abs(val_plain)) << ddp_out;
+}
+
+// gpt --export-onnx from a checkpoint: ONNX Runtime's logits are those of the checkpoint's model
+// (rebuilt here), at a batch size and length other than the export's.
+TEST_F(GptExample, ExportsACheckpointThatOnnxRuntimeRuns) {
+  if (!ember::io::onnx_export_available()) GTEST_SKIP() << "this build has no ONNX export";
+  if (std::string why = ember::test::onnxruntime_missing(); !why.empty()) GTEST_SKIP() << why;
+  const fs::path ck = root_ / "ck", onnx = root_ / "gpt.onnx";
+  ProcessResult t = run_gpt(common(ck) + "--steps 2 --checkpoint " + ck.string());
+  ASSERT_EQ(t.status, 0) << t.output;
+  ProcessResult e = run_gpt("--export-onnx " + onnx.string() + " --checkpoint " + ck.string());
+  ASSERT_EQ(e.status, 0) << e.output;
+  EXPECT_NE(e.output.find("exported " + onnx.string()), std::string::npos) << e.output;
+  using namespace ember;
+  std::optional<io::Checkpoint> c = io::load_latest_checkpoint(ck.string());
+  ASSERT_TRUE(c.has_value());
+  nn::GPT gpt(nn::GPTConfig::preset("tiny"));
+  gpt.load_state_dict(c->model);
+  gpt.eval();
+  Generator gen(11);
+  const Tensor ids = randint(0, 50257, {3, 13}, DType::i64, &gen);
+  const test::OnnxRun run = test::run_onnxruntime(onnx.string(), {{"ids", ids}});
+  NoGradGuard no_grad;
+  const Tensor want = gpt(ids);
+  ASSERT_EQ(run.outputs.at(0).sizes(), want.sizes());
+  EXPECT_TRUE(test::all_close(run.outputs[0], want, 1e-5, 1e-5));
 }
 
 TEST_F(GptExample, BadFlagsAndFilesAreNamed) {
@@ -254,6 +274,8 @@ TEST_F(GptExample, BadFlagsAndFilesAreNamed) {
       {"--data " + (root_ / "missing.bin").string(), "missing.bin"},
       {"--resume", "--resume"},
       {"--generate", "--checkpoint"},
+      {"--export-onnx x.onnx", "--export-onnx needs --checkpoint DIR or --init-from DIR"},
+      {"--export-onnx x.onnx --generate", "--export-onnx exports a saved model in one process"},
       {"--data " + root_.string(), "--val-data"},  // the folder holds val.bin too
       {"--cuda-graph", "--cuda-graph needs --device cuda"},
       // What the option needs, not CLI11's "not in range 0.000000 to 1797693134862315..."

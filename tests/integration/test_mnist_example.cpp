@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "ember/cuda.h"
+#include "ember/io/onnx.h"
+#include "support/onnx_runtime.h"
 #include "support/test_support.h"
 
 namespace fs = std::filesystem;
@@ -120,6 +122,30 @@ TEST_F(MnistExample, TrainsAndWritesMetricsCheckpointsAndResult) {
             std::string::npos);
 }
 
+// --export-onnx: ONNX Runtime, driven by the README's script (examples/onnx/mnist_onnxruntime.js)
+// on the test split's raw images, gets the test accuracy mnist reported for the model it trained.
+TEST_F(MnistExample, ExportedModelsScoreTheSameInOnnxRuntime) {
+  if (!io::onnx_export_available()) GTEST_SKIP() << "this build has no ONNX export";
+  if (std::string why = test::onnxruntime_missing(); !why.empty()) GTEST_SKIP() << why;
+  for (const char* model : {"mlp", "cnn"}) {
+    SCOPED_TRACE(model);
+    const fs::path onnx = root_ / (std::string(model) + ".onnx");
+    ProcessResult r = run_mnist(common() + "--model " + model + " --epochs 1 --out " + (root_ / model).string() +
+                                " --export-onnx " + onnx.string());
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("exported " + onnx.string()), std::string::npos) << r.output;
+    const double reported = test::result_number(r.output, "test_accuracy");
+    std::string log;
+    ASSERT_EQ(test::run_node_script("examples/onnx/mnist_onnxruntime.js", onnx.string() + " " + (root_ / "data").string(), log), 0)
+        << log;
+    // The same logits up to float rounding: at most one of the 200 images may flip, and the mean
+    // loss (mnist prints 6 significant digits) agrees.
+    EXPECT_NEAR(test::result_number(log, "test_accuracy"), reported, 1.0 / 200 + 1e-9) << r.output << log;
+    const double loss = test::result_number(r.output, "test_loss");
+    EXPECT_NEAR(test::result_number(log, "test_loss"), loss, 1e-5 * loss + 1e-6) << r.output << log;
+  }
+}
+
 TEST_F(MnistExample, ResumedRunIsBitIdenticalToAnUninterruptedOne) {
   const auto whole = root_ / "whole", parts = root_ / "parts";
   ProcessResult a = run_mnist(common() + "--model cnn --epochs 2 --checkpoint " + whole.string());
@@ -153,6 +179,14 @@ TEST_F(MnistExample, BadInputExitsWithAClearMessage) {
   ProcessResult graph_on_cpu = run_mnist(common() + "--cuda-graph");
   EXPECT_EQ(graph_on_cpu.status, 2);
   EXPECT_NE(graph_on_cpu.output.find("--cuda-graph needs --device cuda"), std::string::npos) << graph_on_cpu.output;
+  // An ONNX file that cannot be written is refused before training: a folder in its place, a
+  // folder that cannot be made.
+  for (const fs::path& where : {root_, fs::path("/proc/ember-no/model.onnx")}) {
+    ProcessResult bad_export = run_mnist(common() + "--export-onnx " + where.string());
+    EXPECT_EQ(bad_export.status, 1) << bad_export.output;
+    EXPECT_NE(bad_export.output.find("--export-onnx"), std::string::npos) << bad_export.output;
+    EXPECT_EQ(bad_export.output.find("epoch 1"), std::string::npos) << bad_export.output;
+  }
   // A truncated image file names the file.
   fs::resize_file(root_ / "data" / "train-images-idx3-ubyte", 1000);
   ProcessResult truncated = run_mnist(common());

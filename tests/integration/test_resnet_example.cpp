@@ -8,6 +8,8 @@
 #include <random>
 #include <regex>
 
+#include "ember/io/onnx.h"
+#include "support/onnx_runtime.h"
 #include "support/test_support.h"
 
 #ifndef EMBER_BIN_DIR
@@ -106,6 +108,33 @@ TEST(ResnetExample, TrainsOnASmallSetAndTheLossFalls) {
   // of the steps) 2.37 -> 1.41, so the bound there is 0.75 (chance is ln 10 = 2.30).
   EXPECT_LT(last, (kUnderAsan ? 0.75 : 0.5) * first) << r.output;
   EXPECT_LT(first, 3.0) << r.output;  // ~ln 10 at the start: the head is sane
+}
+
+// resnet --export-onnx (BatchNorm with its running statistics, 1x1 shortcuts, the global pool):
+// ONNX Runtime, through the README's script, scores the test images as resnet reported.
+TEST(ResnetExample, ExportedModelScoresTheSameInOnnxRuntime) {
+  using namespace ember;
+  if (!io::onnx_export_available()) GTEST_SKIP() << "this build has no ONNX export";
+  if (std::string why = test::onnxruntime_missing(); !why.empty()) GTEST_SKIP() << why;
+  const fs::path root = fs::temp_directory_path() / ("ember_resnet_onnx_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  write_split(root, "train", 64, 1);
+  write_split(root, "t10k", 64, 2);
+  const fs::path onnx = root / "resnet.onnx";
+  const ProcessResult r = run_resnet("--data " + root.string() + " --limit 64 --epochs 1 --batch-size 16 --workers 0 "
+                                     "--export-onnx " + onnx.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::string log;
+  ASSERT_EQ(test::run_node_script("examples/onnx/mnist_onnxruntime.js", onnx.string() + " " + root.string() + " 64", log), 0)
+      << log;
+  // The same logits up to float rounding: at most one of the 64 images may flip, the mean loss
+  // agrees (resnet prints 6 decimals).
+  EXPECT_NEAR(test::result_number(log, "test_accuracy"), json_number(r.output, "test_accuracy"), 1.0 / 64 + 1e-9)
+      << r.output << log;
+  const double loss = json_number(r.output, "test_loss");
+  EXPECT_NEAR(test::result_number(log, "test_loss"), loss, 1e-5 * loss + 2e-6) << r.output << log;
+  fs::remove_all(root);
 }
 
 TEST(ResnetExample, RejectsAMissingDataFolder) {

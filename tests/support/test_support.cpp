@@ -192,6 +192,16 @@ bool missing_device(Device device) {
 
 }  // namespace ember::test
 
+namespace ember::test {
+double result_number(const std::string& output, const std::string& key) {
+  const size_t at = output.rfind("result: {");
+  if (at == std::string::npos) return NAN;
+  const size_t k = output.find("\"" + key + "\": ", at);
+  if (k == std::string::npos) return NAN;
+  return std::strtod(output.c_str() + k + key.size() + 4, nullptr);
+}
+}  // namespace ember::test
+
 // ---- ONNX Runtime (tests/support/onnx_runtime.h) ----
 
 namespace ember::test {
@@ -249,6 +259,12 @@ std::string onnxruntime_missing() {
   return {};
 }
 
+int run_node_script(const std::string& script, const std::string& args, std::string& output) {
+  return run_shell("NODE_PATH='" + onnxruntime_modules().string() + "' node '" + (repo_root() / script).string() +
+                       "' " + args,
+                   output);
+}
+
 OnnxRun run_onnxruntime(const std::string& model, const std::vector<std::pair<std::string, Tensor>>& inputs) {
   const fs::path dir = fs::temp_directory_path() /
                        ("ember-ort-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
@@ -264,10 +280,7 @@ OnnxRun run_onnxruntime(const std::string& model, const std::vector<std::pair<st
   }
   std::ofstream(dir / "inputs.json") << specs.dump();
   std::string log;
-  const std::string cmd = "NODE_PATH='" + onnxruntime_modules().string() + "' node '" +
-                          (repo_root() / "tests" / "support" / "onnx_run.js").string() + "' '" + model + "' '" +
-                          dir.string() + "'";
-  if (run_shell(cmd, log) != 0) {
+  if (run_node_script("tests/support/onnx_run.js", "'" + model + "' '" + dir.string() + "'", log) != 0) {
     fs::remove_all(dir);
     throw std::runtime_error("ONNX Runtime failed: " + log);
   }

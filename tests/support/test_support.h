@@ -61,6 +61,9 @@ struct Fixture {
 };
 Fixture load_fixture(const std::string& file, const std::string& name);
 
+// The number under `key` in the `result: {json}` line of a program's output (NaN if none).
+double result_number(const std::string& output, const std::string& key);
+
 // The message of the E that f() throws, or a description of what happened instead.
 template <class E, class F>
 std::string message_of(F&& f) {
