@@ -1,43 +1,46 @@
 // Note [onnx export]: io::export_onnx (ember/io/onnx.h) written with ONNX's own protobuf
 // classes (libonnx-dev): nothing is hand-serialized.
 //
-// 1. Two traces (Note [tracing]). The forward runs on the example, then on a second example of
-//    other values whose dynamic axes are one longer, each under NoGradGuard with a Tracer.
-//    They must agree op for op, attribute for attribute (data-dependent control flow or a
-//    size baked into an attribute is refused, naming the op).
+// 1. Two traces (Note [tracing]). After one untraced call (what a module builds on first use
+//    must not differ), the forward runs on the example, then on a second example of other
+//    values whose dynamic axes are one longer, each under NoGradGuard with a Tracer. They must
+//    agree op for op, attribute for attribute, except the attributes a symbolic reads from
+//    both (a slice's bounds, a range's limit, a fill's shape): data-dependent control flow or a
+//    size baked into an attribute is refused, naming the op.
 // 2. Values. Every tensor an op reads is resolved, in the order the ops ran: a graph input, a
 //    parameter or buffer (an initializer under its state_dict name), the output of an earlier
 //    op, or else a constant, which must be bit for bit the same tensor in both traces: that is
-//    what separates a true constant (a scalar operand, a fixed mask) from a tensor computed
-//    from the inputs by an op the exporter cannot see (comparisons, argmax: not differentiable,
-//    so not traced) or sized by a dynamic axis. Storage versions must match what each op read.
+//    what separates a true constant (a scalar operand, a table a module cached) from a tensor
+//    computed from the inputs by an op the tracer does not see (argmax, sorting, indexing) or
+//    sized by a dynamic axis. Storage versions must match what each op read.
 // 3. Liveness. Only ops the outputs depend on are written: an op without an ONNX form fails
 //    the export only when the graph needs it.
 // 4. Nodes. Each op's symbolic writes standard opset-17 nodes. Sizes that differ between the
-//    traces are dynamic: a Reshape target copies such a dim from its input (0) or infers it
-//    (-1), an Expand keeps it by broadcasting (1), a Slice to the end of one runs to INT64_MAX.
+//    traces follow the dynamic axes: a Reshape target takes them from its input's shape at run
+//    time, an Expand keeps them by broadcasting, a Slice to the end of a dim runs to INT64_MAX,
+//    and a size that is a graph input's dynamic size (a range 0 .. T, x[:T] of a table, a fill
+//    of the batch's size) is read off that input with Shape.
 // 5. ONNX's checker and its strict shape inference (type checks on) run before the file is
 //    written atomically; a failure there is an exporter bug and says so.
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
-#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <numbers>
 #include <unordered_map>
-#include <set>
 
 #include "../src/file_util.h"
-#include "ember/trace.h"
 #include "ember/factory.h"
 #include "ember/functions.h"
 #include "ember/grad_mode.h"
 #include "ember/io/onnx.h"
 #include "ember/nn/module.h"
 #include "ember/random.h"
+#include "ember/trace.h"
 
 namespace ember::io {
 
