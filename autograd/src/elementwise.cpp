@@ -245,7 +245,7 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
   if (min && max) y = ops::unary(UnaryOp::clamp, x, {min->to_double(), max->to_double()});
   else if (min) y = ops::unary(UnaryOp::clamp_min, x, {min->to_double(), 0});
   else y = ops::unary(UnaryOp::clamp_max, x, {max->to_double(), 0});
-  return record("clamp", y, {x}, [x = save(x), min, max](const Tensor& g) -> TensorList {
+  Tensor result = record("clamp", y, {x}, [x = save(x), min, max](const Tensor& g) -> TensorList {
     // Gradient passes where x lies inside [min, max] (bounds included, as in PyTorch).
     Tensor inside;
     if (min) inside = ops::binary(BinaryOp::ge, x, scalar_like(*min, x));
@@ -255,6 +255,10 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
     }
     return {mul(g, as_weight(inside, g))};
   });
+  EMBER_TRACE(result, "clamp", {x},
+              {{"has_min", min.has_value()}, {"min", min ? min->to_double() : 0.0},
+               {"has_max", max.has_value()}, {"max", max ? max->to_double() : 0.0}});
+  return result;
 }
 
 // ---- selection ----

@@ -557,6 +557,14 @@ const std::unordered_map<std::string, Symbolic>& symbolics() {
          c.g.node("Where", {over, c.in[0], soft}, {c.out});
        }},
       {"gelu", [](OpCtx& c) { gelu(c, c.in[0], c.e.attr_int("tanh_approximation"), c.out_dtype(), c.out); }},
+      {"clamp",
+       [](OpCtx& c) {  // Clip with the bounds given (in x's dtype; an absent one is an absent input)
+         std::vector<std::string> ins = {c.in[0], "", ""};
+         if (c.e.attr_int("has_min")) ins[1] = c.g.scalar(c.e.attr_double("min"), c.out_dtype());
+         if (c.e.attr_int("has_max")) ins[2] = c.g.scalar(c.e.attr_double("max"), c.out_dtype());
+         while (ins.back().empty()) ins.pop_back();
+         c.g.node("Clip", ins, {c.out});
+       }},
       {"to",
        [](OpCtx& c) {
          if (c.dtype(0) == c.out_dtype()) c.g.node("Identity", {c.in[0]}, {c.out});

@@ -329,6 +329,13 @@ struct Lambda : nn::Module {
   Tensor forward(const Tensor& x) override { return fn(fc(x)); }
 };
 
+// [B, F] tensors side by side as [B, F, n].
+Tensor stack_columns(const TensorList& ts) {
+  TensorList cols;
+  for (const Tensor& t : ts) cols.push_back(t.unsqueeze(-1));
+  return cat(cols, -1);
+}
+
 std::string export_error(std::function<Tensor(const Tensor&)> fn, Tensor example = Tensor(),
                          io::OnnxExportOptions options = {.dynamic_axes = {{"input", {{0, "batch"}}}}}) {
   Lambda m(std::move(fn));
@@ -338,6 +345,29 @@ std::string export_error(std::function<Tensor(const Tensor&)> fn, Tensor example
   std::string message = test::message_of<ValueError>([&] { io::export_onnx(m, example, path.string(), options); });
   EXPECT_FALSE(fs::exists(path)) << "a refused export wrote its file";
   return message;
+}
+
+// Every elementwise, comparison and logic op with an ONNX form, in one graph (each output a
+// column of the result, so a wrong mapping shows as a mismatch in its own column).
+TEST(OnnxExport, ElementwiseComparisonAndLogicOpsMatchOnnxRuntime) {
+  EMBER_SKIP_WITHOUT_ORT();
+  Lambda m([](const Tensor& h) {
+    const Tensor a = h.abs() + 0.5, t = h * 3.0;
+    const TensorList unary = {h.abs(), sign(h), sin(h), cos(h), floor(t), ceil(t), reciprocal(a), rsqrt(a),
+                              square(h), exp(h), log(a), -h, sqrt(a), maximum(h, t), minimum(h, t),
+                              hardswish(t), hardsigmoid(t), mish(t), h.clamp(-0.5, 0.25), h.clamp_min(0.1),
+                              h.clamp_max(-0.1), h.pow(t.abs().add(1.0)), where(h.gt(0.0), h, t)};
+    const Tensor p = h.gt(0.0), q = t.lt(0.5);
+    const TensorList logic = {h.eq(floor(h)), h.ne(t), h.lt(0.2), h.le(0.2), h.ge(-0.1), logical_and(p, q),
+                              logical_or(p, q), logical_xor(p, q), logical_not(p)};
+    Tensor out = stack_columns(unary);
+    for (const Tensor& b : logic) out = cat({out, b.to(DType::f32).unsqueeze(-1)}, -1);
+    return out;
+  });
+  manual_seed(12);
+  expect_runtime_matches(
+      m, [&](const TensorList& in) { return TensorList{m(in[0])}; }, {randn({2, 4})}, {{randn({5, 4})}, {randn({1, 4})}},
+      {.dynamic_axes = {{"input", {{0, "batch"}}}}}, "elementwise");
 }
 
 TEST(OnnxExport, AnOpWithoutExportIsNamed) {
