@@ -330,6 +330,20 @@ void unary(OpCtx& c, const char* op_type) { c.g.node(op_type, {c.in[0]}, {c.out}
 
 std::vector<int64_t> pads4(const std::vector<int64_t>& p) { return {p[0], p[1], p[0], p[1]}; }
 
+// Conv or ConvTranspose of inputs x, weight [., ., kH, kW] and bias (if any), with conv2d's
+// attributes (stride, padding, dilation, groups); returns the node for any further attribute.
+onnx::NodeProto* conv(OpCtx& c, const char* op_type) {
+  std::vector<std::string> ins = {c.in[0], c.in[1]};
+  if (c.has(2)) ins.push_back(c.in[2]);
+  onnx::NodeProto* n = c.g.node(op_type, ins, {c.out});
+  set_ints(n, "kernel_shape", {c.shape(1)[2], c.shape(1)[3]});
+  set_ints(n, "strides", c.e.attr_ints("stride"));
+  set_ints(n, "pads", pads4(c.e.attr_ints("padding")));
+  set_ints(n, "dilations", c.e.attr_ints("dilation"));
+  set_int(n, "group", c.e.attr_int("groups"));
+  return n;
+}
+
 // y = x * w (broadcast over the channel dim 1 of a rank-r x): w reshaped to [C, 1, ..., 1].
 std::string channel_affine(OpCtx& c, const std::string& y, size_t param, const char* op_type) {
   const int64_t rank = int64_t(c.shape(0).size());
@@ -704,17 +718,7 @@ const std::unordered_map<std::string, Symbolic>& symbolics() {
       {"lstm_layer", [](OpCtx& c) { rnn_layer(c, true); }},
       {"gru_layer", [](OpCtx& c) { rnn_layer(c, false); }},
       {"conv_transpose2d",
-       [](OpCtx& c) {
-         std::vector<std::string> ins = {c.in[0], c.in[1]};
-         if (c.has(2)) ins.push_back(c.in[2]);
-         onnx::NodeProto* n = c.g.node("ConvTranspose", ins, {c.out});
-         set_ints(n, "kernel_shape", {c.shape(1)[2], c.shape(1)[3]});
-         set_ints(n, "strides", c.e.attr_ints("stride"));
-         set_ints(n, "pads", pads4(c.e.attr_ints("padding")));
-         set_ints(n, "output_padding", c.e.attr_ints("output_padding"));
-         set_ints(n, "dilations", c.e.attr_ints("dilation"));
-         set_int(n, "group", c.e.attr_int("groups"));
-       }},
+       [](OpCtx& c) { set_ints(conv(c, "ConvTranspose"), "output_padding", c.e.attr_ints("output_padding")); }},
       {"swiglu",
        [](OpCtx& c) {  // silu(gate) * up
          c.g.node("Mul", {c.g.op("Mul", {c.in[0], c.g.op("Sigmoid", {c.in[0]})}), c.in[1]}, {c.out});
@@ -734,17 +738,7 @@ const std::unordered_map<std::string, Symbolic>& symbolics() {
          set_int(c.g.node("Concat", {lo, hi}, {c.out}), "axis", 3);
        }},
       {"matmul", [](OpCtx& c) { c.g.node("MatMul", {c.in[0], c.in[1]}, {c.out}); }},
-      {"conv2d",
-       [](OpCtx& c) {
-         std::vector<std::string> ins = {c.in[0], c.in[1]};
-         if (c.has(2)) ins.push_back(c.in[2]);
-         onnx::NodeProto* n = c.g.node("Conv", ins, {c.out});
-         set_ints(n, "kernel_shape", {c.shape(1)[2], c.shape(1)[3]});
-         set_ints(n, "strides", c.e.attr_ints("stride"));
-         set_ints(n, "pads", pads4(c.e.attr_ints("padding")));
-         set_ints(n, "dilations", c.e.attr_ints("dilation"));
-         set_int(n, "group", c.e.attr_int("groups"));
-       }},
+      {"conv2d", [](OpCtx& c) { conv(c, "Conv"); }},
       {"max_pool2d",
        [](OpCtx& c) {
          onnx::NodeProto* n = c.g.node("MaxPool", {c.in[0]}, {c.out});
