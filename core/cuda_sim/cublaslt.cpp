@@ -3,8 +3,7 @@
 // GEMM, so that ember's GEMMs and their fused epilogues run in CI. It checks ember's *use* of
 // cuBLASLt (descriptors, layouts, the epilogues' contracts, alignment promises, stream order,
 // graph capture), not cuBLASLt: the library's kernels, their exact rounding and their speed
-// need the card. Linked instead of libcublasLt, never beside it; it also defines the two
-// libcublas functions ember calls (cublasGetStatusString, cublasGetProperty).
+// need the card. Linked instead of libcublasLt, never beside it.
 //
 // Invariants:
 // - The problem is cuBLASLt's, column-major: D = alpha op(A) op(B) + beta C, then the epilogue.
@@ -454,9 +453,9 @@ using namespace ember::cuda::sim;
 
 extern "C" {
 
-// ---- libcublas: the two functions ember calls beside cuBLASLt
+// ---- status strings and the version
 
-const char* cublasGetStatusString(cublasStatus_t status) {
+const char* cublasLtGetStatusString(cublasStatus_t status) {
   switch (status) {
     case CUBLAS_STATUS_SUCCESS: return "success";
     case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
@@ -473,7 +472,7 @@ const char* cublasGetStatusString(cublasStatus_t status) {
 }
 
 // The version of the headers the simulation implements (tools' ember-info reports it).
-cublasStatus_t cublasGetProperty(libraryPropertyType type, int* value) {
+cublasStatus_t cublasLtGetProperty(libraryPropertyType type, int* value) {
   if (value == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   switch (type) {
     case MAJOR_VERSION: *value = CUBLAS_VER_MAJOR; return CUBLAS_STATUS_SUCCESS;

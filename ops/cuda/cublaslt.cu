@@ -100,7 +100,7 @@ bool algorithm_failure_may_be_cached(cudaStream_t stream, cublasStatus_t st) {
   const cudaError_t latched = cudaGetLastError();  // clears it unless it is sticky
   const cudaError_t sticky = cudaPeekAtLastError();
   if (sticky != cudaSuccess)
-    throw DeviceError(str("[matmul] cublasLtMatmul failed (", cublasGetStatusString(st),
+    throw DeviceError(str("[matmul] cublasLtMatmul failed (", cublasLtGetStatusString(st),
                           ") and the CUDA context is unusable: ", cudaGetErrorString(sticky)));
   if (latched == cudaErrorMemoryAllocation)
     throw OutOfMemoryError(str("[matmul] cublasLtMatmul failed: ", cudaGetErrorString(latched)));
@@ -108,7 +108,7 @@ bool algorithm_failure_may_be_cached(cudaStream_t stream, cublasStatus_t st) {
   const cudaError_t query = cudaStreamIsCapturing(stream, &status);
   if (query != cudaSuccess) (void)cudaGetLastError();
   if (is_capture_error(latched) || is_capture_error(query) || status == cudaStreamCaptureStatusInvalidated)
-    throw DeviceError(str("[matmul] cublasLtMatmul failed (", cublasGetStatusString(st),
+    throw DeviceError(str("[matmul] cublasLtMatmul failed (", cublasLtGetStatusString(st),
                           ") because the graph capture on its stream is broken: ",
                           cudaGetErrorString(is_capture_error(latched) ? latched
                                              : is_capture_error(query) ? query
@@ -116,7 +116,7 @@ bool algorithm_failure_may_be_cached(cudaStream_t stream, cublasStatus_t st) {
                           ". Something earlier in the captured region is illegal during capture "
                           "(a synchronization, a blocking copy, work on a stream outside the capture)"));
   if (query != cudaSuccess)
-    throw DeviceError(str("[matmul] cublasLtMatmul failed (", cublasGetStatusString(st),
+    throw DeviceError(str("[matmul] cublasLtMatmul failed (", cublasLtGetStatusString(st),
                           ") and its stream cannot be queried: ", cudaGetErrorString(query)));
   return status == cudaStreamCaptureStatusNone;
 }

@@ -41,9 +41,9 @@
     if (ember_st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]] {                                   \
       if (ember_st_ == CUBLAS_STATUS_ALLOC_FAILED)                                           \
         throw ::ember::OutOfMemoryError(::ember::str("[cublas] ", #expr, " failed: ",        \
-                                                     cublasGetStatusString(ember_st_)));     \
+                                                     cublasLtGetStatusString(ember_st_)));     \
       throw ::ember::DeviceError(::ember::str("[cublas] ", #expr, " failed: ",               \
-                                              cublasGetStatusString(ember_st_), " at ",      \
+                                              cublasLtGetStatusString(ember_st_), " at ",      \
                                               __FILE__, ":", __LINE__));                     \
     }                                                                                        \
   } while (0)

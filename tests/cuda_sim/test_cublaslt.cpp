@@ -725,11 +725,11 @@ TEST(SimCublasLt, HandlesArgumentsStatusStringsAndVersion) {
                            CUBLAS_STATUS_INVALID_VALUE, CUBLAS_STATUS_ARCH_MISMATCH, CUBLAS_STATUS_MAPPING_ERROR,
                            CUBLAS_STATUS_EXECUTION_FAILED, CUBLAS_STATUS_INTERNAL_ERROR, CUBLAS_STATUS_NOT_SUPPORTED,
                            CUBLAS_STATUS_LICENSE_ERROR})
-    strings.insert(cublasGetStatusString(s));
+    strings.insert(cublasLtGetStatusString(s));
   EXPECT_EQ(strings.size(), size_t(10));
   int major = 0, minor = -1;
-  EXPECT_EQ(cublasGetProperty(MAJOR_VERSION, &major), CUBLAS_STATUS_SUCCESS);
-  EXPECT_EQ(cublasGetProperty(MINOR_VERSION, &minor), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasLtGetProperty(MAJOR_VERSION, &major), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasLtGetProperty(MINOR_VERSION, &minor), CUBLAS_STATUS_SUCCESS);
   EXPECT_EQ(major, CUBLAS_VER_MAJOR);
   EXPECT_EQ(minor, CUBLAS_VER_MINOR);
 }
