@@ -179,11 +179,14 @@ int main(int argc, char** argv) {
     }
     std::printf("CPU threads:  %d OpenMP (max), %u hardware\n", omp_get_max_threads(),
                 std::thread::hardware_concurrency());
-    const std::string gpu_blas = cuda_built ? "; GPU cuBLAS/cuBLASLt " + cublas_version() : "";
+    const std::string gpu_blas = cuda_built ? "; GPU cuBLASLt " + cublaslt_version() : "";
     std::printf("BLAS:         CPU Eigen %s%s\n", EMBER_EIGEN_VERSION, gpu_blas.c_str());
-    std::printf("versions:     driver %s, runtime %s, cuBLAS %s, cuDNN %s, NCCL %s\n",
-                cuda::driver_version().c_str(), runtime.c_str(), cublas_version().c_str(),
+    std::printf("versions:     driver %s, runtime %s, cuBLASLt %s, cuDNN %s, NCCL %s\n",
+                cuda::driver_version().c_str(), runtime.c_str(), cublaslt_version().c_str(),
                 cudnn_version().c_str(), nccl_version().c_str());
+    // Opened on first use (Note [vendor libraries]): where a GPU run would load them from.
+    if (const std::string where = cuda_library_locations(); !where.empty())
+      std::printf("CUDA libs:    %s\n", where.c_str());
 
     std::vector<cuda::DeviceProperties> devices;
     const int count = cuda::device_count();

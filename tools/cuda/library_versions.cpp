@@ -1,18 +1,21 @@
-// CUDA build: library versions straight from the libraries (the ones actually loaded, which
-// may differ from the headers ember was compiled against). cuDNN and NCCL are optional:
-// tools/CMakeLists.txt defines EMBER_INFO_HAS_CUDNN / EMBER_INFO_HAS_NCCL when it found and
-// linked them.
-#include <cublas_api.h>
+// CUDA build: library versions straight from the libraries ember opens on first use (Note
+// [vendor libraries]: the ones a GPU run would load, which may differ from the headers ember
+// was compiled against), or why one cannot be opened. Opening them needs no GPU.
+#include <cublasLt.h>
+#include <cudnn.h>
 
 #include <string>
+#include <vector>
 
 #include "library_versions.h"
+#include "vendor_libraries.h"
 
-#if EMBER_INFO_HAS_CUDNN
-#include <cudnn.h>
-#endif
+// NCCL is optional in a CUDA build: tools/CMakeLists.txt defines EMBER_INFO_HAS_NCCL when
+// ember_distributed has its NCCL backend.
 #if EMBER_INFO_HAS_NCCL
 #include <nccl.h>
+
+#include "nccl_library.h"
 #endif
 
 namespace ember::tools {
@@ -23,39 +26,61 @@ std::string dotted(long v) {
   return std::to_string(v / 10000) + "." + std::to_string((v / 100) % 100) + "." +
          std::to_string(v % 100);
 }
+
+std::string not_found(const cuda::VendorLibrary& library) {
+  return "not found (" + library.soname() + ")";
+}
 }  // namespace
 
-std::string cublas_version() {
+std::string cublaslt_version() {
+  auto& library = ops::cuda::cublaslt_library();
+  if (!library.available()) return not_found(library);
+  const auto get = reinterpret_cast<decltype(&cublasLtGetProperty)>(library.symbol("cublasLtGetProperty"));
   int major = 0, minor = 0, patch = 0;
-  if (cublasGetProperty(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
-      cublasGetProperty(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||
-      cublasGetProperty(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS)
-    return "unknown (cublasGetProperty failed)";
+  if (get(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
+      get(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS || get(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS)
+    return "unknown (cublasLtGetProperty failed)";
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
 }
 
 std::string cudnn_version() {
-#if EMBER_INFO_HAS_CUDNN
-  const long loaded = long(cudnnGetVersion());
+  auto& library = ops::cuda::cudnn_library();
+  if (!library.available()) return not_found(library);
+  const auto get = reinterpret_cast<decltype(&cudnnGetVersion)>(library.symbol("cudnnGetVersion"));
+  const long loaded = long(get());
   std::string s = dotted(loaded);
   if (loaded != long(CUDNN_VERSION)) s += " (built with " + dotted(long(CUDNN_VERSION)) + ")";
   return s;
-#else
-  return "not found (set CUDNN_ROOT and reconfigure)";
-#endif
 }
 
 std::string nccl_version() {
 #if EMBER_INFO_HAS_NCCL
+  auto& library = distributed::detail::nccl_library();
+  if (!library.available()) return not_found(library);
+  const auto get = reinterpret_cast<decltype(&ncclGetVersion)>(library.symbol("ncclGetVersion"));
   int v = 0;
-  if (ncclGetVersion(&v) != ncclSuccess) return "unknown (ncclGetVersion failed)";
+  if (get(&v) != ncclSuccess) return "unknown (ncclGetVersion failed)";
   // NCCL before 2.9 encoded major*1000 + minor*100 + patch.
   if (v < 20900) return std::to_string(v / 1000) + "." + std::to_string((v / 100) % 10) + "." +
                         std::to_string(v % 100);
   return dotted(v);
 #else
-  return "not found (set NCCL_ROOT and reconfigure)";
+  return "not found (ember was built without NCCL: set NCCL_ROOT and reconfigure)";
 #endif
+}
+
+std::string cuda_library_locations() {
+  std::vector<cuda::VendorLibrary*> libraries = {&ops::cuda::cublaslt_library(),
+                                                 &ops::cuda::cudnn_library()};
+#if EMBER_INFO_HAS_NCCL
+  libraries.push_back(&distributed::detail::nccl_library());
+#endif
+  std::string s;
+  for (cuda::VendorLibrary* library : libraries) {
+    if (!s.empty()) s += "; ";
+    s += library->display_name() + " " + (library->available() ? library->location() : not_found(*library));
+  }
+  return s;
 }
 
 }  // namespace ember::tools
