@@ -1,6 +1,7 @@
 # ctest driver for tests/install: installs the main build into a fresh prefix, then
 # configures, builds and runs the consumer project against that prefix alone.
-# Inputs (-D): EMBER_BUILD_DIR, CONSUMER_SOURCE_DIR, WORK_DIR, GENERATOR, CXX_COMPILER.
+# Inputs (-D): EMBER_BUILD_DIR, CONSUMER_SOURCE_DIR, WORK_DIR, GENERATOR, CXX_COMPILER, and
+# CUDA_TOOLKIT_ROOT for a CUDA build (the toolkit the last check hides).
 cmake_minimum_required(VERSION 3.25)
 foreach(var EMBER_BUILD_DIR CONSUMER_SOURCE_DIR WORK_DIR)
   if(NOT ${var})
@@ -97,5 +98,72 @@ if(shared_libs)
   endforeach()
   if(NOT resolved)
     message(FATAL_ERROR "install test: ldd lists no libember_*.so for a shared install:\n${last_output}")
+  endif()
+endif()
+
+# A CUDA build's install on a machine without the CUDA toolkit (issue 44): ember's libraries link
+# only the CUDA runtime, which the install carries beside them; cuBLASLt, cuDNN and NCCL are
+# opened on first use (Note [vendor libraries]). So no installed library may need them, and a
+# CPU program must configure, build and run with the toolkit gone: here it is hidden under an
+# empty file system mounted over it, in a mount namespace of this test's own (unshare; needs
+# the right to mount, as root in CI has; elsewhere that part says why it is skipped).
+if(CUDA_TOOLKIT_ROOT AND shared_libs)
+  file(RELATIVE_PATH lib_rel ${prefix} ${lib_dir})
+  set(moved_lib ${WORK_DIR}/moved/${lib_rel})
+  file(GLOB bundled_cudart ${moved_lib}/libcudart.so.*)
+  if(NOT bundled_cudart)
+    message(FATAL_ERROR "install test: a CUDA install carries no libcudart.so.* in ${moved_lib}")
+  endif()
+  file(GLOB moved_libs ${moved_lib}/libember_*.so)
+  foreach(lib ${moved_libs})
+    run_step("libraries ${lib} needs" readelf -d ${lib})
+    if(last_output MATCHES "NEEDED[^\n]*\\[(lib(cublas|cudnn|nccl)[^]]*)\\]")
+      message(FATAL_ERROR "install test: ${lib} links ${CMAKE_MATCH_1}, which ember must open on first use")
+    endif()
+  endforeach()
+  find_program(UNSHARE_EXECUTABLE unshare)
+  get_filename_component(toolkit ${CUDA_TOOLKIT_ROOT} REALPATH)
+  set(no_toolkit_build ${WORK_DIR}/build_without_toolkit)
+  set(configure_extra "")
+  if(GENERATOR)
+    string(APPEND configure_extra " -G '${GENERATOR}'")
+  endif()
+  if(CXX_COMPILER)
+    string(APPEND configure_extra " -DCMAKE_CXX_COMPILER='${CXX_COMPILER}'")
+  endif()
+  set(script "set -e
+mount -t tmpfs ember-install-test '${toolkit}'
+if ls '${toolkit}'/* >/dev/null 2>&1
+then
+  echo 'the toolkit is still visible'
+  exit 1
+fi
+'${CMAKE_COMMAND}' -S '${CONSUMER_SOURCE_DIR}' -B '${no_toolkit_build}' -DCMAKE_PREFIX_PATH='${WORK_DIR}/moved' -DCMAKE_BUILD_TYPE=Release${configure_extra} >/dev/null
+'${CMAKE_COMMAND}' --build '${no_toolkit_build}' >/dev/null
+'${no_toolkit_build}/app'
+ldd '${no_toolkit_build}/app' | grep libcudart
+'${WORK_DIR}/moved/bin/ember-info'")
+  set(can_hide OFF)
+  if(UNSHARE_EXECUTABLE)
+    execute_process(COMMAND ${UNSHARE_EXECUTABLE} --mount --propagation private true RESULT_VARIABLE rc
+                    OUTPUT_QUIET ERROR_QUIET)
+    if(rc EQUAL 0)
+      set(can_hide ON)
+    endif()
+  endif()
+  if(can_hide)
+    file(WRITE ${WORK_DIR}/without_toolkit.sh "${script}\n")  # a file: CMake lists split at ';'
+    run_step("a CPU program against the install, the CUDA toolkit (${toolkit}) hidden"
+             ${UNSHARE_EXECUTABLE} --mount --propagation private sh ${WORK_DIR}/without_toolkit.sh)
+    message(STATUS "${last_output}")
+    if(NOT last_output MATCHES "libcudart[^\n]*=> ${WORK_DIR}/moved/")
+      message(FATAL_ERROR "install test: without the toolkit the program loads another libcudart:\n${last_output}")
+    endif()
+    if(NOT last_output MATCHES "versions:[^\n]*cuBLASLt not found")
+      message(FATAL_ERROR "install test: ember-info does not say cuBLASLt is gone with the toolkit:\n${last_output}")
+    endif()
+  else()
+    message(STATUS "install test: cannot make a mount namespace here (unshare --mount needs root): "
+                   "the CPU program without the CUDA toolkit is not tried")
   endif()
 endif()
