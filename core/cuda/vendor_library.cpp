@@ -43,8 +43,9 @@ void VendorLibrary::open() {
     if (!handle_) tried.push_back(last_dl_error());
     return handle_ != nullptr;
   };
-  // A file that is not there is no news; one that is there and fails to load is (a missing
-  // dependency, a wrong architecture), so only existing files count as tried in a directory.
+  // In a directory the file is opened only if it is there (dlopen's message for a missing path
+  // would bury the useful one); one that is there and fails to load keeps the loader's reason
+  // (a missing dependency, a wrong architecture).
   auto try_dir = [&](const std::string& dir) {
     if (dir.empty()) return false;
     const std::string path = (std::filesystem::path(dir) / soname_).string();

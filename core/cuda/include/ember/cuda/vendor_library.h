@@ -1,5 +1,5 @@
 // CUDA libraries opened on first use (Note [vendor libraries]). Only code in core/cuda,
-// ops/cuda, distributed/nccl and tools/cuda includes this header.
+// ops/cuda, distributed/nccl, tools/cuda and tests/cuda includes this header.
 //
 // Note [vendor libraries]: ember's libraries link the CUDA runtime (libcudart, 0.7 MB, shipped
 // beside them by `cmake --install`, and loadable without a driver or a GPU) but not cuBLASLt,
