@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ember/error.h"
 #include "library_versions.h"
 #include "vendor_libraries.h"
 
@@ -30,12 +31,23 @@ std::string dotted(long v) {
 std::string not_found(const cuda::VendorLibrary& library) {
   return "not found (" + library.soname() + ")";
 }
+
+// `name` in an opened library, or nullptr where the library lacks it (an older version).
+template <class F>
+F function(cuda::VendorLibrary& library, const char* name) {
+  try {
+    return reinterpret_cast<F>(library.symbol(name));
+  } catch (const DeviceError&) {
+    return nullptr;
+  }
+}
 }  // namespace
 
 std::string cublaslt_version() {
   auto& library = ops::cuda::cublaslt_library();
   if (!library.available()) return not_found(library);
-  const auto get = reinterpret_cast<decltype(&cublasLtGetProperty)>(library.symbol("cublasLtGetProperty"));
+  const auto get = function<decltype(&cublasLtGetProperty)>(library, "cublasLtGetProperty");
+  if (!get) return "unknown (no cublasLtGetProperty)";
   int major = 0, minor = 0, patch = 0;
   if (get(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
       get(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS || get(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS)
@@ -46,7 +58,8 @@ std::string cublaslt_version() {
 std::string cudnn_version() {
   auto& library = ops::cuda::cudnn_library();
   if (!library.available()) return not_found(library);
-  const auto get = reinterpret_cast<decltype(&cudnnGetVersion)>(library.symbol("cudnnGetVersion"));
+  const auto get = function<decltype(&cudnnGetVersion)>(library, "cudnnGetVersion");
+  if (!get) return "unknown (no cudnnGetVersion)";
   const long loaded = long(get());
   std::string s = dotted(loaded);
   if (loaded != long(CUDNN_VERSION)) s += " (built with " + dotted(long(CUDNN_VERSION)) + ")";
@@ -57,7 +70,8 @@ std::string nccl_version() {
 #if EMBER_INFO_HAS_NCCL
   auto& library = distributed::detail::nccl_library();
   if (!library.available()) return not_found(library);
-  const auto get = reinterpret_cast<decltype(&ncclGetVersion)>(library.symbol("ncclGetVersion"));
+  const auto get = function<decltype(&ncclGetVersion)>(library, "ncclGetVersion");
+  if (!get) return "unknown (no ncclGetVersion)";
   int v = 0;
   if (get(&v) != ncclSuccess) return "unknown (ncclGetVersion failed)";
   // NCCL before 2.9 encoded major*1000 + minor*100 + patch.
