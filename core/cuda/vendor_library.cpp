@@ -36,6 +36,15 @@ VendorLibrary::VendorLibrary(std::string display_name, std::string soname,
       soname_(std::move(soname)),
       build_dirs_(std::move(build_dirs)) {}
 
+#ifdef EMBER_CUDA_SIM_RUNTIME_LIBRARY
+VendorLibrary::VendorLibrary(EmbersOwn, std::string display_name, std::string, std::string)
+    : VendorLibrary(std::move(display_name) + " (simulated)", EMBER_CUDA_SIM_RUNTIME_LIBRARY, {}) {}
+#else
+VendorLibrary::VendorLibrary(EmbersOwn, std::string display_name, std::string soname,
+                             std::string build_dir)
+    : VendorLibrary(std::move(display_name), std::move(soname), {std::move(build_dir)}) {}
+#endif
+
 void VendorLibrary::open() {
   std::vector<std::string> tried;  // "where: why not", for the message
   auto try_path = [&](const std::string& path) {

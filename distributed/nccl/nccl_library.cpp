@@ -9,15 +9,10 @@
 
 namespace ember::distributed::detail {
 
-// The simulation's NCCL is in its runtime library (core/cuda_sim), which ember_core links:
-// opening it by file name finds the copy already loaded.
 ::ember::cuda::VendorLibrary& nccl_library() {
-#ifdef EMBER_CUDA_SIM_RUNTIME_LIBRARY
-  static ::ember::cuda::VendorLibrary library("NCCL (simulated)", EMBER_CUDA_SIM_RUNTIME_LIBRARY, {});
-#else
-  static ::ember::cuda::VendorLibrary library("NCCL", "libnccl.so." + std::to_string(NCCL_MAJOR),
-                                              {EMBER_NCCL_DIR});
-#endif
+  using ::ember::cuda::VendorLibrary;
+  static VendorLibrary library(VendorLibrary::EmbersOwn{}, "NCCL", "libnccl.so." + std::to_string(NCCL_MAJOR),
+                               EMBER_NCCL_DIR);
   return library;
 }
 

@@ -12,25 +12,17 @@
 
 namespace ember::ops::cuda {
 
-// The simulation's cuBLASLt and cuDNN are in its runtime library (core/cuda_sim), which
-// ember_core links: opening it by file name finds the copy already loaded.
-::ember::cuda::VendorLibrary& cublaslt_library() {
-#ifdef EMBER_CUDA_SIM_RUNTIME_LIBRARY
-  static ::ember::cuda::VendorLibrary library("cuBLASLt (simulated)", EMBER_CUDA_SIM_RUNTIME_LIBRARY, {});
-#else
-  static ::ember::cuda::VendorLibrary library(
-      "cuBLASLt", "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR), {EMBER_CUBLASLT_DIR});
-#endif
+using ::ember::cuda::VendorLibrary;
+
+VendorLibrary& cublaslt_library() {
+  static VendorLibrary library(VendorLibrary::EmbersOwn{}, "cuBLASLt",
+                               "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR), EMBER_CUBLASLT_DIR);
   return library;
 }
 
-::ember::cuda::VendorLibrary& cudnn_library() {
-#ifdef EMBER_CUDA_SIM_RUNTIME_LIBRARY
-  static ::ember::cuda::VendorLibrary library("cuDNN (simulated)", EMBER_CUDA_SIM_RUNTIME_LIBRARY, {});
-#else
-  static ::ember::cuda::VendorLibrary library(
-      "cuDNN", "libcudnn.so." + std::to_string(CUDNN_MAJOR), {EMBER_CUDNN_DIR});
-#endif
+VendorLibrary& cudnn_library() {
+  static VendorLibrary library(VendorLibrary::EmbersOwn{}, "cuDNN",
+                               "libcudnn.so." + std::to_string(CUDNN_MAJOR), EMBER_CUDNN_DIR);
   return library;
 }
 

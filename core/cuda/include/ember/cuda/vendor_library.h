@@ -31,6 +31,11 @@ class VendorLibrary {
   // `display_name` names the library in messages ("cuDNN"); `soname` is the file the dynamic
   // loader knows it by ("libcudnn.so.9"); `build_dirs` are where the build found it.
   VendorLibrary(std::string display_name, std::string soname, std::vector<std::string> build_dirs);
+  // One of the libraries ember's CUDA side calls: as above, looked for also in `build_dir`; in a
+  // simulation build instead the simulation's runtime library, which implements all of them
+  // (core/cuda_sim) and which ember_core links, so opening it finds the copy already loaded.
+  struct EmbersOwn {};
+  VendorLibrary(EmbersOwn, std::string display_name, std::string soname, std::string build_dir);
   VendorLibrary(const VendorLibrary&) = delete;
   VendorLibrary& operator=(const VendorLibrary&) = delete;
 
