@@ -17,7 +17,7 @@ source "$here/_common.sh"
 
 packages=(build-essential cmake ninja-build ccache libeigen3-dev libgtest-dev googletest
           nlohmann-json3-dev libcli11-dev libopenmpi-dev openmpi-bin python3 python3-numpy zlib1g-dev
-          libpcre2-dev libonnx-dev libprotobuf-dev)
+          libpcre2-dev libonnx-dev libprotobuf-dev libpng-dev)
 
 if [[ "${EMBER_SKIP_APT:-0}" != 1 ]]; then
   if command -v dpkg-query >/dev/null 2>&1; then
