@@ -326,8 +326,6 @@ int run(const Config& cfg) {
     const int64_t epoch_end = std::min(total_steps, (epoch + 1) * steps_per_epoch);
     // The epoch's order is permutation(seed, epoch); a resumed epoch starts where it stopped.
     data::DataLoader loader(*train_set, {.batch_size = rank_batch,
-                                         .num_workers = cfg.workers,
-                                         .pin_memory = dev.is_cuda(),
                                          .sampler = [&](int64_t e) {
                                            // This rank's positions r, r + N, ... of the epoch's
                                            // permutation: the ranks' batch k together are
@@ -336,7 +334,9 @@ int run(const Config& cfg) {
                                                n_train, {.num_replicas = world, .rank = rank, .seed = cfg.seed})(e);
                                            order.erase(order.begin(), order.begin() + skip * rank_batch);
                                            return order;
-                                         }});
+                                         },
+                                         .num_workers = cfg.workers,
+                                         .pin_memory = dev.is_cuda()});
     loader.set_epoch(epoch);
     examples::ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(cfg.epochs),
                               epoch_end - epoch * steps_per_epoch, skip);

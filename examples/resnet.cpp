@@ -54,11 +54,13 @@ struct Eval {
 Eval evaluate(ResNet& model, const data::Dataset& split, int64_t n, Device dev, bool use_amp, DType amp_dtype) {
   NoGradGuard no_grad;
   model.eval();
-  data::DataLoader loader(split, {.batch_size = 500, .num_workers = 1, .sampler = [n](int64_t) {
+  data::DataLoader loader(split, {.batch_size = 500,
+                                  .sampler = [n](int64_t) {
                                     std::vector<int64_t> order(static_cast<size_t>(n));
                                     for (int64_t i = 0; i < n; ++i) order[size_t(i)] = i;
                                     return order;
-                                  }});
+                                  },
+                                  .num_workers = 1});
   Tensor loss_sum = zeros({}, TensorOptions(DType::f64).device(dev));
   Tensor correct = zeros({}, TensorOptions(DType::i64).device(dev));
   for (auto& [x, y] : loader) {
@@ -105,13 +107,13 @@ int run(const Config& cfg) {
   for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
     // The epoch's order: a permutation of the whole set, cut to --limit images.
     data::DataLoader loader(train_set, {.batch_size = cfg.batch_size,
-                                        .num_workers = cfg.workers,
-                                        .pin_memory = dev.is_cuda(),
                                         .sampler = [&](int64_t e) {
                                           auto order = data::permutation(train_set.size(), cfg.seed, e);
                                           order.resize(size_t(n_train));
                                           return order;
-                                        }});
+                                        },
+                                        .num_workers = cfg.workers,
+                                        .pin_memory = dev.is_cuda()});
     loader.set_epoch(epoch);
     Tensor loss_sum = zeros({}, TensorOptions(DType::f64).device(dev));
     const auto t0 = std::chrono::steady_clock::now();

@@ -79,7 +79,7 @@ TEST(DataLoader, EveryIndexExactlyOnceAndBatchesEqualRows) {
   Tensor y = arange(n, DType::i64).mul(Scalar(int64_t(2)));
   data::TensorDataset ds(x, y);
   for (int workers : {0, 1, 3}) {
-    data::DataLoader loader(ds, {.batch_size = 10, .shuffle = true, .seed = 5, .num_workers = workers});
+    data::DataLoader loader(ds, {.batch_size = 10, .shuffle = true, .num_workers = workers, .seed = 5});
     EXPECT_EQ(loader.size(), 11);
     std::vector<int64_t> seen;
     int64_t batches = 0;
@@ -108,8 +108,8 @@ TEST(DataLoader, EveryIndexExactlyOnceAndBatchesEqualRows) {
 TEST(DataLoader, OrderIsReproducibleIndependentOfWorkersAndNewEachEpoch) {
   Probe ds(257);
   auto run = [&](int workers, uint64_t seed, int epochs) {
-    data::DataLoader loader(ds, {.batch_size = 16, .shuffle = true, .seed = seed,
-                                 .num_workers = workers, .prefetch = 1 + workers});
+    data::DataLoader loader(ds, {.batch_size = 16, .shuffle = true, .num_workers = workers,
+                                 .seed = seed, .prefetch = 1 + workers});
     std::vector<std::vector<int64_t>> orders;
     for (int e = 0; e < epochs; ++e) {
       EXPECT_EQ(loader.epoch(), e);
@@ -125,7 +125,7 @@ TEST(DataLoader, OrderIsReproducibleIndependentOfWorkersAndNewEachEpoch) {
   EXPECT_NE(w0[0], run(0, 12, 1)[0]);
   // The order is permutation(size, seed, epoch); set_epoch replays an epoch.
   EXPECT_EQ(w0[1], data::permutation(257, 11, 1));
-  data::DataLoader loader(ds, {.batch_size = 16, .shuffle = true, .seed = 11, .num_workers = 2});
+  data::DataLoader loader(ds, {.batch_size = 16, .shuffle = true, .num_workers = 2, .seed = 11});
   loader.set_epoch(2);
   EXPECT_EQ(flat(epoch_batches(loader)), w0[2]);
   EXPECT_EQ(loader.epoch(), 3);
@@ -146,8 +146,8 @@ TEST(DataLoader, WithoutShuffleTheOrderIsSequential) {
 TEST(DataLoader, DropLast) {
   Probe ds(103);
   for (int workers : {0, 2}) {
-    data::DataLoader loader(ds, {.batch_size = 10, .shuffle = true, .drop_last = true,
-                                 .num_workers = workers});
+    data::DataLoader loader(ds, {.batch_size = 10, .shuffle = true, .num_workers = workers,
+                                 .drop_last = true});
     EXPECT_EQ(loader.size(), 10);
     auto batches = epoch_batches(loader);
     ASSERT_EQ(batches.size(), 10u);
@@ -159,7 +159,7 @@ TEST(DataLoader, DropLast) {
     EXPECT_EQ(v, std::vector<int64_t>(p.begin(), p.begin() + 100));
   }
   Probe small(5);
-  data::DataLoader none(small, {.batch_size = 10, .drop_last = true, .num_workers = 2});
+  data::DataLoader none(small, {.batch_size = 10, .num_workers = 2, .drop_last = true});
   EXPECT_EQ(none.size(), 0);
   EXPECT_TRUE(epoch_batches(none).empty());
 }
@@ -197,7 +197,7 @@ TEST(DataLoader, SamplerChoosesTheIndicesOfEachEpoch) {
     for (size_t i = 1; i < p.size(); i += 2) shard.push_back(p[i]);
     return shard;
   };
-  data::DataLoader loader(ds, {.batch_size = 4, .num_workers = 2, .sampler = sampler});
+  data::DataLoader loader(ds, {.batch_size = 4, .sampler = sampler, .num_workers = 2});
   EXPECT_EQ(loader.size(), 3);  // 10 indices
   loader.set_epoch(7);
   auto v = flat(epoch_batches(loader));

@@ -43,15 +43,18 @@ using Sampler = std::function<std::vector<int64_t>(int64_t epoch)>;
 // should shard so that every rank agrees on it.
 std::vector<int64_t> permutation(int64_t n, uint64_t seed, int64_t epoch);
 
+// Fields in torch.utils.data.DataLoader's argument order (tests/fixtures/make_options_order.py),
+// so designated initializers written in PyTorch's order compile:
+// {.batch_size = 64, .shuffle = true, .num_workers = 2, .pin_memory = true, .drop_last = true}.
 struct DataLoaderOptions {
   int64_t batch_size = 1;
   bool shuffle = false;        // a new permutation(size, seed, epoch) each epoch
-  uint64_t seed = 0;
-  bool drop_last = false;      // drop a final batch smaller than batch_size
-  int num_workers = 0;         // 0: load in the calling thread
-  int prefetch = 2;            // batches loaded or loading ahead, per worker (>= 1)
-  bool pin_memory = false;     // page-locked batches (a no-op without a CUDA device)
   Sampler sampler = nullptr;   // overrides the order; incompatible with shuffle
+  int num_workers = 0;         // 0: load in the calling thread
+  bool pin_memory = false;     // page-locked batches (a no-op without a CUDA device)
+  bool drop_last = false;      // drop a final batch smaller than batch_size
+  uint64_t seed = 0;           // the shuffle's seed (PyTorch: generator=torch.Generator().manual_seed(seed))
+  int prefetch = 2;            // PyTorch's prefetch_factor: batches loaded or loading ahead, per worker (>= 1)
 };
 
 class DataLoader {

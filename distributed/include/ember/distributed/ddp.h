@@ -48,11 +48,13 @@
 
 namespace ember::distributed {
 
+// Fields in torch.nn.parallel.DistributedDataParallel's argument order
+// (tests/fixtures/make_options_order.py).
 struct DDPOptions {
-  double bucket_cap_mb = 25.0;
-  bool find_unused_parameters = false;
   // Copy rank 0's buffers (e.g. running statistics) to every rank at each forward().
   bool broadcast_buffers = true;
+  double bucket_cap_mb = 25.0;
+  bool find_unused_parameters = false;
 };
 
 class DistributedDataParallel {

@@ -34,17 +34,18 @@ class Module;
 
 namespace ember::io {
 
+// Fields in torch.onnx.export's argument order (tests/fixtures/make_options_order.py).
 struct OnnxExportOptions {
   // Graph input and output names; default "input" / "output" for one, "input_0", "input_1", ...
   // for several.
   std::vector<std::string> input_names = {};
   std::vector<std::string> output_names = {};
+  // The ONNX operator set the graph is written in (17 only, for now).
+  int64_t opset_version = 17;
   // Axes whose size may change at run time, by input (or output) name: {"image", {{0, "batch"}}}.
   // Other input dims are fixed at the example's sizes. An output's dims that follow a dynamic
   // input axis are found by the trace and named after it (an entry here renames them).
   std::map<std::string, std::map<int64_t, std::string>> dynamic_axes = {};
-  // The ONNX operator set the graph is written in (17 only, for now).
-  int64_t opset_version = 17;
   // The model's doc_string.
   std::string doc_string = {};
 };
