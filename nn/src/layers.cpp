@@ -88,8 +88,8 @@ std::string Conv2d::extra_repr() const {
 
 // ---- pooling, reshaping, activations ----
 
-MaxPool2d::MaxPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding)
-    : kernel_size(kernel_size), stride(stride.value_or(kernel_size)), padding(padding) {
+MaxPool2d::MaxPool2d(Size2 kernel_size, OptionalPair<int64_t> stride, Size2 padding)
+    : kernel_size(kernel_size), stride(stride ? Size2(*stride) : kernel_size), padding(padding) {
   check_positive("MaxPool2d", "kernel height", kernel_size.h);
   check_positive("MaxPool2d", "kernel width", kernel_size.w);
   check_positive("MaxPool2d", "stride height", this->stride.h);
@@ -109,11 +109,7 @@ Tensor Flatten::forward(const Tensor& x) const { return x.flatten(start_dim, end
 std::string Flatten::extra_repr() const { return str("start_dim=", start_dim, ", end_dim=", end_dim); }
 Tensor Unflatten::forward(const Tensor& x) const { return x.unflatten(dim, unflattened_size); }
 std::string Unflatten::extra_repr() const {
-  // PyTorch prints the sizes as a tuple: "dim=1, unflattened_size=(2, 3)".
-  std::string sizes;
-  for (size_t i = 0; i < unflattened_size.size(); ++i) sizes += (i ? ", " : "") + std::to_string(unflattened_size[i]);
-  if (unflattened_size.size() == 1) sizes += ",";
-  return str("dim=", dim, ", unflattened_size=(", sizes, ")");
+  return str("dim=", dim, ", unflattened_size=", detail::py_tuple(unflattened_size));
 }
 
 Tensor ReLU::forward(const Tensor& x) const { return relu(x); }
@@ -157,7 +153,7 @@ Tensor LayerNorm::forward(const Tensor& x) const {
 }
 
 std::string LayerNorm::extra_repr() const {
-  return str(normalized_shape, ", eps=", eps, ", elementwise_affine=", detail::py_bool(weight.defined()));
+  return str(detail::py_tuple(normalized_shape), ", eps=", eps, ", elementwise_affine=", detail::py_bool(weight.defined()));
 }
 
 // ---- Embedding ----

@@ -130,7 +130,7 @@ void RMSNorm::reset_parameters() {
 Tensor RMSNorm::forward(const Tensor& x) const { return rms_norm(x, normalized_shape, weight, eps); }
 
 std::string RMSNorm::extra_repr() const {
-  return str(normalized_shape, ", eps=", eps ? str(*eps) : std::string("None"),
+  return str(detail::py_tuple(normalized_shape), ", eps=", eps ? str(*eps) : std::string("None"),
              ", elementwise_affine=", detail::py_bool(weight.defined()));
 }
 

@@ -15,9 +15,9 @@ std::string size2_str(Size2 s) { return str("(", s.h, ", ", s.w, ")"); }
 
 // ---- AvgPool2d ----
 
-AvgPool2d::AvgPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding, bool ceil_mode,
+AvgPool2d::AvgPool2d(Size2 kernel_size, OptionalPair<int64_t> stride, Size2 padding, bool ceil_mode,
                      bool count_include_pad, std::optional<int64_t> divisor_override)
-    : kernel_size(kernel_size), stride(stride.value_or(kernel_size)), padding(padding), ceil_mode(ceil_mode),
+    : kernel_size(kernel_size), stride(stride ? Size2(*stride) : kernel_size), padding(padding), ceil_mode(ceil_mode),
       count_include_pad(count_include_pad), divisor_override(divisor_override) {
   check_positive("AvgPool2d", "kernel height", kernel_size.h);
   check_positive("AvgPool2d", "kernel width", kernel_size.w);
@@ -73,18 +73,12 @@ Upsample::Upsample(UpsampleOptions options) : options(std::move(options)) {
 }
 
 Tensor Upsample::forward(const Tensor& x) const {
-  InterpolateOptions o;
-  if (options.size) o.size = options.size->array();
-  if (options.scale_factor) o.scale_factor = std::array<double, 2>{options.scale_factor->h, options.scale_factor->w};
-  o.mode = options.mode;
-  o.align_corners = options.align_corners;
-  o.recompute_scale_factor = options.recompute_scale_factor;
-  return functional::interpolate(x, o);
+  return functional::interpolate(x, options);
 }
 
 std::string Upsample::extra_repr() const {
   std::string s = options.size ? "size=" + size2_str(*options.size)
-                               : str("scale_factor=(", options.scale_factor->h, ", ", options.scale_factor->w, ")");
+                               : str("scale_factor=(", (*options.scale_factor)[0], ", ", (*options.scale_factor)[1], ")");
   s += ", mode=" + options.mode;
   if (options.align_corners) s += str(", align_corners=", *options.align_corners);
   return s;

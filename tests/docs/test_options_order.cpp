@@ -3,7 +3,7 @@
 // PyTorch's argument order, in a designated initializer: a header that declares them in
 // another order does not compile (C++20). The ctest docs.options_order checks that this
 // file is current (and why each other field or parameter is missing).
-// Pending (another change is reshaping them; not generated): AdamOptions, AdamWOptions, AvgPool2dOptions, MaxPool2dOptions.
+// Pending (another change is reshaping them; not generated): AdamOptions, AdamWOptions.
 #include <gtest/gtest.h>
 
 #include <ember/ember.h>
@@ -60,6 +60,18 @@ TEST(OptionsOrder, Conv1dOptions) {
 TEST(OptionsOrder, ConvTranspose2dOptions) {
   const ember::nn::ConvTranspose2dOptions d{};
   [[maybe_unused]] const ember::nn::ConvTranspose2dOptions o{.stride = d.stride, .padding = d.padding, .output_padding = d.output_padding, .groups = d.groups, .bias = d.bias, .dilation = d.dilation};
+}
+
+// torch.nn.MaxPool2d
+TEST(OptionsOrder, MaxPool2dOptions) {
+  const ember::nn::MaxPool2dOptions d{};
+  [[maybe_unused]] const ember::nn::MaxPool2dOptions o{.stride = d.stride, .padding = d.padding};
+}
+
+// torch.nn.AvgPool2d
+TEST(OptionsOrder, AvgPool2dOptions) {
+  const ember::nn::AvgPool2dOptions d{};
+  [[maybe_unused]] const ember::nn::AvgPool2dOptions o{.stride = d.stride, .padding = d.padding, .ceil_mode = d.ceil_mode, .count_include_pad = d.count_include_pad, .divisor_override = d.divisor_override};
 }
 
 // torch.nn.Upsample

@@ -248,6 +248,9 @@ TEST(Layers, PyTorchSpellingsOfNormsDtypesAndUnflatten) {
   EXPECT_EQ(nn::Unflatten(1, {12}).repr(), "Unflatten(dim=1, unflattened_size=(12,))");
   // Python's spellings of bools in reprs.
   EXPECT_NE(ln.repr().find("elementwise_affine=True"), std::string::npos) << ln.repr();
+  // PyTorch's tuple spelling of a normalized shape.
+  EXPECT_EQ(nn::LayerNorm(768).repr(), "LayerNorm((768,), eps=1e-05, elementwise_affine=True)");
+  EXPECT_EQ(nn::RMSNorm(Shape{2, 3}).repr(), "RMSNorm((2, 3), eps=None, elementwise_affine=True)");
   EXPECT_NE(nn::Conv2d(3, 4, 3, {.bias = false}).repr().find(", bias=False)"), std::string::npos);
 }
 

@@ -66,23 +66,23 @@ TEST(PoolTorch, AdaptivePools) {
 }
 
 TEST(PoolTorch, Interpolate) {
-  check_case("interp.nearest_size", 1, [](const TensorList& t) { return F::interpolate(t[0], {.size = {{7, 9}}}); });
+  check_case("interp.nearest_size", 1, [](const TensorList& t) { return F::interpolate(t[0], {.size = {7, 9}}); });
   check_case("interp.nearest_x2", 1, [](const TensorList& t) { return nn::Upsample({.scale_factor = 2.0})(t[0]); });
   check_case("interp.nearest_scale", 1,
-             [](const TensorList& t) { return F::interpolate(t[0], {.scale_factor = {{1.5, 2.3}}}); });
+             [](const TensorList& t) { return F::interpolate(t[0], {.scale_factor = {1.5, 2.3}}); });
   check_case("interp.bilinear_size", 1, [](const TensorList& t) {
-    return F::interpolate(t[0], {.size = {{7, 9}}, .mode = "bilinear", .align_corners = false});
+    return F::interpolate(t[0], {.size = {7, 9}, .mode = "bilinear", .align_corners = false});
   });
   check_case("interp.bilinear_size_ac", 1, [](const TensorList& t) {
-    return nn::Upsample({.size = nn::Size2(7, 9), .mode = "bilinear", .align_corners = true})(t[0]);
+    return nn::Upsample({.size = {7, 9}, .mode = "bilinear", .align_corners = true})(t[0]);
   });
   check_case("interp.bilinear_x2", 1,
              [](const TensorList& t) { return nn::Upsample({.scale_factor = 2.0, .mode = "bilinear"})(t[0]); });
   check_case("interp.bilinear_down", 1, [](const TensorList& t) {
-    return F::interpolate(t[0], {.scale_factor = {{0.6, 1.7}}, .mode = "bilinear"});
+    return F::interpolate(t[0], {.scale_factor = {0.6, 1.7}, .mode = "bilinear"});
   });
   check_case("interp.bilinear_recompute", 1, [](const TensorList& t) {
-    return F::interpolate(t[0], {.scale_factor = {{1.7, 1.7}}, .mode = "bilinear", .recompute_scale_factor = true});
+    return F::interpolate(t[0], {.scale_factor = {1.7, 1.7}, .mode = "bilinear", .recompute_scale_factor = true});
   });
 }
 
@@ -155,6 +155,40 @@ TEST(PoolLayers, ModulesMatchPyTorchShapesNamesAndInit) {
   // A ResNet-style head composes in Sequential.
   nn::Sequential head(nn::AdaptiveAvgPool2d(1), nn::Flatten());
   EXPECT_EQ(head(randn({3, 8, 4, 4})).sizes(), (Shape{3, 8}));
+}
+
+// The spellings a porter types from PyTorch: plain brace lists for optional sizes and scales,
+// positional brace strides, options structs in PyTorch's order. Each is compared with the
+// positional form, which the fixture cases above check against PyTorch.
+TEST(PoolLayers, PyTorchSpellingsMatchThePositionalForms) {
+  const Tensor x = randn({2, 3, 9, 8});
+  auto same = [](const Tensor& a, const Tensor& b) { return a.sizes() == b.sizes() && allclose(a, b, 0, 0); };
+  EXPECT_TRUE(same(F::interpolate(x, {.size = {8, 11}}), F::interpolate(x, {.size = {{8, 11}}})));
+  EXPECT_EQ(F::interpolate(x, {.size = {8, 11}}).sizes(), (Shape{2, 3, 8, 11}));
+  EXPECT_EQ(F::interpolate(x, {.size = 5}).sizes(), (Shape{2, 3, 5, 5}));
+  // floor(9 * 1.7) = 15, floor(8 * 2.3) = 18.
+  EXPECT_EQ(F::interpolate(x, {.scale_factor = {1.7, 2.3}, .mode = "bilinear"}).sizes(), (Shape{2, 3, 15, 18}));
+  EXPECT_TRUE(same(F::interpolate(x, {.scale_factor = 2}), F::interpolate(x, {.scale_factor = {2.0, 2.0}})));
+  EXPECT_TRUE(same(nn::Upsample({.size = {8, 11}, .mode = "bilinear"})(x),
+                   F::interpolate(x, {.size = {8, 11}, .mode = "bilinear"})));
+  EXPECT_EQ(nn::Upsample({.size = {8, 11}}).extra_repr(), "size=(8, 11), mode=nearest");
+
+  // MaxPool2d(3, {2, 1}) is PyTorch's MaxPool2d(3, (2, 1)): the stride, not an options struct.
+  nn::MaxPool2d brace(3, {2, 1});
+  EXPECT_EQ(brace.stride.h, 2);
+  EXPECT_EQ(brace.stride.w, 1);
+  EXPECT_TRUE(same(brace(x), F::max_pool2d(x, {3, 3}, {2, 1})));
+  EXPECT_TRUE(same(nn::MaxPool2d(3, {.stride = 2, .padding = 1})(x), nn::MaxPool2d(3, 2, 1)(x)));
+  EXPECT_EQ(nn::MaxPool2d(3).stride.w, 3);
+  EXPECT_EQ(nn::MaxPool2d(3, {.padding = 1}).extra_repr(), nn::MaxPool2d(3, 3, 1).extra_repr());
+
+  nn::AvgPool2d options(3, {.stride = {2, 1}, .padding = 1, .ceil_mode = true, .count_include_pad = false,
+                            .divisor_override = 5});
+  nn::AvgPool2d positional(3, {2, 1}, 1, true, false, 5);
+  EXPECT_EQ(options.extra_repr(), positional.extra_repr());
+  EXPECT_TRUE(same(options(x), positional(x)));
+  EXPECT_TRUE(same(nn::AvgPool2d(2, {.ceil_mode = true})(x), F::avg_pool2d(x, {2, 2}, {2, 2}, {0, 0}, true)));
+  EXPECT_EQ(nn::AvgPool2d(2, {.ceil_mode = true})(x).sizes(), (Shape{2, 3, 5, 4}));
 }
 
 class PoolLayersDevice : public ::testing::TestWithParam<Device> {};

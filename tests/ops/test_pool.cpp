@@ -343,14 +343,14 @@ TEST(PoolOps, InterpolateOptionsFollowPyTorch) {
   EXPECT_EQ(a.sizes(), (Shape{1, 2, 7, 9}));
   EXPECT_TRUE(test::all_close(a, make(naive_interp(values(x), x.sizes(), {"nearest", 7, 9, false, 1.5, 2.3}), a.sizes()), 0, 0));
   // recompute_scale_factor: the scale is out / in again.
-  Tensor b = interpolate(x, {.scale_factor = {{1.7, 1.7}}, .mode = "bilinear", .recompute_scale_factor = true});
+  Tensor b = interpolate(x, {.scale_factor = {1.7, 1.7}, .mode = "bilinear", .recompute_scale_factor = true});
   EXPECT_TRUE(test::all_close(b, make(naive_interp(values(x), x.sizes(), {"bilinear", 8, 6, false, 0, 0}), b.sizes()),
                               1e-12, 1e-12));
-  EXPECT_NE(test::message_of<ValueError>([&] { interpolate(x, {.size = {{3, 3}}, .align_corners = true}); })
+  EXPECT_NE(test::message_of<ValueError>([&] { interpolate(x, {.size = {3, 3}, .align_corners = true}); })
                 .find("[interpolate] align_corners option can only be set"),
             std::string::npos);
   EXPECT_EQ(test::message_of<ValueError>([&] { interpolate(x, {.mode = "bilinear"}); }).rfind("[interpolate]", 0), 0u);
-  EXPECT_EQ(test::message_of<ValueError>([&] { interpolate(x, {.size = {{3, 3}}, .mode = "bicubic"}); }).rfind("[interpolate]", 0),
+  EXPECT_EQ(test::message_of<ValueError>([&] { interpolate(x, {.size = {3, 3}, .mode = "bicubic"}); }).rfind("[interpolate]", 0),
             0u);
 }
 
@@ -556,10 +556,10 @@ TEST(PoolGrad, GradcheckEveryOp) {
       {"adaptive_avg_pool2d", [](const TensorList& t) { return adaptive_avg_pool2d(t[0], {3, 4}); }},
       {"adaptive_avg_pool2d 1", [](const TensorList& t) { return adaptive_avg_pool2d(t[0], 1); }},
       {"adaptive_max_pool2d", [](const TensorList& t) { return adaptive_max_pool2d(t[0], {2, 4}); }},
-      {"nearest", [](const TensorList& t) { return interpolate(t[0], {.size = {{7, 4}}}); }},
-      {"bilinear", [](const TensorList& t) { return interpolate(t[0], {.size = {{8, 9}}, .mode = "bilinear"}); }},
+      {"nearest", [](const TensorList& t) { return interpolate(t[0], {.size = {7, 4}}); }},
+      {"bilinear", [](const TensorList& t) { return interpolate(t[0], {.size = {8, 9}, .mode = "bilinear"}); }},
       {"bilinear align", [](const TensorList& t) {
-         return interpolate(t[0], {.scale_factor = {{0.7, 1.5}}, .mode = "bilinear", .align_corners = true});
+         return interpolate(t[0], {.scale_factor = {0.7, 1.5}, .mode = "bilinear", .align_corners = true});
        }},
       {"pad constant", [](const TensorList& t) { return pad(t[0], {1, -2, 2, 0}, "constant", 3.0); }},
       {"pad reflect", [](const TensorList& t) { return pad(t[0], {2, 3, 4, 1}, "reflect"); }},
@@ -606,15 +606,15 @@ TEST_P(PoolCuda, EveryOpMatchesCpu) {
       {"adaptive avg 3x5", {2, 4, 7, 11}, [](const Tensor& t) { return adaptive_avg_pool2d(t, {3, 5}); }},
       {"adaptive avg up", {2, 4, 3, 4}, [](const Tensor& t) { return adaptive_avg_pool2d(t, {7, 6}); }},
       {"adaptive max", {2, 4, 7, 11}, [](const Tensor& t) { return adaptive_max_pool2d(t, {3, 5}); }},
-      {"nearest", {2, 3, 5, 4}, [](const Tensor& t) { return interpolate(t, {.size = {{7, 9}}}); }},
-      {"nearest x2", {2, 3, 5, 4}, [](const Tensor& t) { return interpolate(t, {.scale_factor = {{2, 2}}}); }},
-      {"nearest scale", {2, 3, 5, 4}, [](const Tensor& t) { return interpolate(t, {.scale_factor = {{1.5, 2.3}}}); }},
-      {"bilinear x2", {2, 8, 14, 14}, [](const Tensor& t) { return interpolate(t, {.scale_factor = {{2, 2}}, .mode = "bilinear"}); }},
+      {"nearest", {2, 3, 5, 4}, [](const Tensor& t) { return interpolate(t, {.size = {7, 9}}); }},
+      {"nearest x2", {2, 3, 5, 4}, [](const Tensor& t) { return interpolate(t, {.scale_factor = {2, 2}}); }},
+      {"nearest scale", {2, 3, 5, 4}, [](const Tensor& t) { return interpolate(t, {.scale_factor = {1.5, 2.3}}); }},
+      {"bilinear x2", {2, 8, 14, 14}, [](const Tensor& t) { return interpolate(t, {.scale_factor = {2, 2}, .mode = "bilinear"}); }},
       {"bilinear align", {2, 3, 5, 4}, [](const Tensor& t) {
-         return interpolate(t, {.size = {{7, 9}}, .mode = "bilinear", .align_corners = true});
+         return interpolate(t, {.size = {7, 9}, .mode = "bilinear", .align_corners = true});
        }},
       {"bilinear down", {2, 3, 9, 8}, [](const Tensor& t) {
-         return interpolate(t, {.scale_factor = {{0.6, 0.45}}, .mode = "bilinear"});
+         return interpolate(t, {.scale_factor = {0.6, 0.45}, .mode = "bilinear"});
        }},
       {"pad constant", {2, 3, 5, 4}, [](const Tensor& t) { return pad(t, {-1, 2, 1, 3}, "constant", 0.5); }},
       {"pad reflect", {2, 3, 5, 4}, [](const Tensor& t) { return pad(t, {2, 1, 3, 2}, "reflect"); }},

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "ember/optional_pair.h"
 #include "ember/tensor.h"
 
 namespace ember {
@@ -305,12 +306,13 @@ ValuesIndices adaptive_max_pool2d_with_indices(const Tensor& x, std::array<int64
 // torch.nn.functional.interpolate for 4-D NCHW: exactly one of size and
 // scale_factor; mode "nearest" or "bilinear"; align_corners (bilinear only) unset = false.
 // A given scale_factor is used in the source-index formula unless recompute_scale_factor.
+// Sizes and scales read as PyTorch's: {.size = {8, 11}}, {.scale_factor = 2.0}.
 struct InterpolateOptions {
-  std::optional<std::array<int64_t, 2>> size;
-  std::optional<std::array<double, 2>> scale_factor;
+  OptionalPair<int64_t> size{};  // the {} default keeps GCC quiet on designated initializers
+  OptionalPair<double> scale_factor{};
   std::string mode = "nearest";
-  std::optional<bool> align_corners;
-  std::optional<bool> recompute_scale_factor;
+  std::optional<bool> align_corners{};
+  std::optional<bool> recompute_scale_factor{};
 };
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
 // torch.nn.functional.pad: pad = {last_lo, last_hi, second_last_lo, ...} for up to 3 trailing

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <concepts>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "ember/nn/module.h"
+#include "ember/optional_pair.h"
 
 namespace ember::nn {
 
@@ -23,7 +25,10 @@ struct Size2 {
   int64_t h = 0, w = 0;
   Size2(int64_t v) : h(v), w(v) {}
   Size2(int64_t height, int64_t width) : h(height), w(width) {}
+  Size2(const std::array<int64_t, 2>& hw) : h(hw[0]), w(hw[1]) {}
   std::array<int64_t, 2> array() const { return {h, w}; }
+  // Where a pair is optional (a pooling stride, Upsample's size).
+  operator OptionalPair<int64_t>() const { return array(); }
 };
 
 // y = x W^T + b, W [out_features, in_features]. Init: W, b ~ U(-1/sqrt(in), 1/sqrt(in)),
@@ -65,10 +70,21 @@ class Conv2d : public Module {
   Tensor weight, bias;
 };
 
+// torch.nn.MaxPool2d's arguments after kernel_size, in its order (no dilation or ceil_mode yet).
+struct MaxPool2dOptions {
+  OptionalPair<int64_t> stride{};  // unset: kernel_size, as in PyTorch
+  Size2 padding = 0;
+};
+
+// Either form: MaxPool2d(3, 2, 1) or MaxPool2d(3, {.stride = 2, .padding = 1}).
 class MaxPool2d : public Module {
  public:
-  // stride defaults to kernel_size, as in PyTorch.
-  explicit MaxPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0);
+  MaxPool2d(Size2 kernel_size, OptionalPair<int64_t> stride, Size2 padding = 0);
+  // A template only so that a positional brace list, MaxPool2d(3, {2, 1}), is the stride
+  // above: on an otherwise equal match C++ prefers the non-template constructor.
+  template <std::same_as<MaxPool2dOptions> Options = MaxPool2dOptions>
+  explicit MaxPool2d(Size2 kernel_size, const Options& options = {})
+      : MaxPool2d(kernel_size, options.stride, options.padding) {}
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "MaxPool2d"; }

@@ -52,6 +52,13 @@ namespace ember::nn {
 namespace detail {
 // How PyTorch prints a bool in a module's repr ("bias=True").
 inline const char* py_bool(bool b) { return b ? "True" : "False"; }
+// How PyTorch prints a tuple of sizes: "(768,)", "(2, 3)".
+template <class Sizes>
+std::string py_tuple(const Sizes& sizes) {
+  std::string s = "(";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + (sizes.size() == 1 ? ",)" : ")");
+}
 }  // namespace detail
 
 class Module {

@@ -3,6 +3,7 @@
 // argument names). NCHW input, or unbatched [C, H, W] where PyTorch accepts it.
 #pragma once
 
+#include <concepts>
 #include <optional>
 #include <string>
 
@@ -11,13 +12,28 @@
 
 namespace ember::nn {
 
+// torch.nn.AvgPool2d's arguments after kernel_size, in its order.
+struct AvgPool2dOptions {
+  OptionalPair<int64_t> stride{};  // unset: kernel_size
+  Size2 padding = 0;
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+  std::optional<int64_t> divisor_override{};
+};
+
 // Averages kernel_size windows; stride defaults to kernel_size. ceil_mode, count_include_pad
-// and divisor_override as torch.nn.AvgPool2d.
+// and divisor_override as torch.nn.AvgPool2d. Either form: AvgPool2d(3, 2, 1) positionally, or
+// AvgPool2d(3, {.stride = 2, .ceil_mode = true}).
 class AvgPool2d : public Module {
  public:
-  explicit AvgPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0,
-                     bool ceil_mode = false, bool count_include_pad = true,
-                     std::optional<int64_t> divisor_override = std::nullopt);
+  AvgPool2d(Size2 kernel_size, OptionalPair<int64_t> stride, Size2 padding = 0, bool ceil_mode = false,
+            bool count_include_pad = true, std::optional<int64_t> divisor_override = std::nullopt);
+  // A template only so that a positional brace list, AvgPool2d(3, {2, 1}), is the stride
+  // above: on an otherwise equal match C++ prefers the non-template constructor.
+  template <std::same_as<AvgPool2dOptions> Options = AvgPool2dOptions>
+  explicit AvgPool2d(Size2 kernel_size, const Options& options = {})
+      : AvgPool2d(kernel_size, options.stride, options.padding, options.ceil_mode, options.count_include_pad,
+                  options.divisor_override) {}
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return call(x, [&](const Tensor& in) { return forward(in); }); }
   std::string type_name() const override { return "AvgPool2d"; }
@@ -55,20 +71,9 @@ class AdaptiveMaxPool2d : public Module {
   Size2 output_size;
 };
 
-// A scale factor per spatial dim that reads as one number when both are equal.
-struct Scale2 {
-  double h = 1, w = 1;
-  Scale2(double v) : h(v), w(v) {}
-  Scale2(double height, double width) : h(height), w(width) {}
-};
-
-struct UpsampleOptions {
-  std::optional<Size2> size;           // exactly one of size and scale_factor
-  std::optional<Scale2> scale_factor;
-  std::string mode = "nearest";        // "nearest" or "bilinear"
-  std::optional<bool> align_corners;   // bilinear only; unset means false
-  std::optional<bool> recompute_scale_factor;
-};
+// functional::interpolate's options: exactly one of size and scale_factor; mode "nearest" or
+// "bilinear"; align_corners (bilinear only) unset means false.
+using UpsampleOptions = InterpolateOptions;
 
 // functional::interpolate as a layer: nn::Upsample({.scale_factor = 2.0, .mode = "bilinear"}).
 class Upsample : public Module {
