@@ -132,7 +132,7 @@ LSTM::LSTM(int64_t input_size, int64_t hidden_size, LSTMOptions options)
     : RNNBase("LSTM", 4, input_size, hidden_size, options) {}
 
 std::tuple<Tensor, std::tuple<Tensor, Tensor>> LSTM::forward(
-    const Tensor& input, const std::optional<std::tuple<Tensor, Tensor>>& hx) const {
+    const Tensor& input, const LSTMState& hx) const {
   Tensor h0, c0;
   if (hx) std::tie(h0, c0) = *hx;
   EMBER_CHECK(h0.defined() == c0.defined(), ValueError,
@@ -193,7 +193,7 @@ std::string LSTMCell::extra_repr() const {
 }
 
 std::tuple<Tensor, Tensor> LSTMCell::forward(
-    const Tensor& input, const std::optional<std::tuple<Tensor, Tensor>>& hx) const {
+    const Tensor& input, const LSTMState& hx) const {
   auto [x, unbatched] = cell_input("LSTMCell", input, input_size);
   Tensor h0, c0;
   if (hx) std::tie(h0, c0) = *hx;

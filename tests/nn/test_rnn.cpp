@@ -68,13 +68,12 @@ TEST_P(RnnTest, LstmMatchesPyTorch) {
     load_state(lstm, p, dev);
     Tensor x = fx(p + ".x", dev).requires_grad_(true);
     Tensor h0, c0;
-    std::optional<std::tuple<Tensor, Tensor>> hx;
     if (c.with_state) {
       h0 = fx(p + ".h0", dev).requires_grad_(true);
       c0 = fx(p + ".c0", dev).requires_grad_(true);
-      hx = std::tuple{h0, c0};
     }
-    auto [out, state] = lstm(x, hx);
+    // PyTorch's spelling, lstm(x, (h0, c0)), as a brace list.
+    auto [out, state] = c.with_state ? lstm(x, {h0, c0}) : lstm(x);
     auto [hn, cn] = state;
     check_case(lstm, p, dev, x, out, hn, cn, h0, c0);
   }
@@ -102,7 +101,7 @@ TEST_P(RnnTest, CellsMatchPyTorch) {
     load_state(cell, "lstmcell", dev);
     Tensor x = fx("lstmcell.x", dev).requires_grad_(true);
     Tensor h0 = fx("lstmcell.h0", dev).requires_grad_(true), c0 = fx("lstmcell.c0", dev).requires_grad_(true);
-    auto [h, c] = cell(x, std::tuple{h0, c0});
+    auto [h, c] = cell(x, {h0, c0});
     check_case(cell, "lstmcell", dev, x, h, h, c, h0, c0);
   }
   {

@@ -57,14 +57,28 @@ class RNNBase : public Module {
   std::vector<std::array<Tensor, 4>> params_;  // [k * D + d]
 };
 
+// The (h, c) state an LSTM or LSTMCell starts from, spelled as in PyTorch: `lstm(x, {h0, c0})`,
+// the {h_n, c_n} tuple an earlier call returned, or nothing (std::nullopt, the default: zeros).
+// std::optional<std::tuple<Tensor, Tensor>> would refuse the brace list (two constructor arguments).
+class LSTMState : public std::optional<std::tuple<Tensor, Tensor>> {
+  using Base = std::optional<std::tuple<Tensor, Tensor>>;
+
+ public:
+  LSTMState() = default;
+  LSTMState(std::nullopt_t) {}
+  LSTMState(Tensor h, Tensor c) : Base(std::in_place, std::move(h), std::move(c)) {}
+  LSTMState(std::tuple<Tensor, Tensor> hc) : Base(std::move(hc)) {}
+  LSTMState(Base hc) : Base(std::move(hc)) {}
+};
+
 class LSTM : public RNNBase {
  public:
   LSTM(int64_t input_size, int64_t hidden_size, LSTMOptions options = {});
   // {output, {h_n, c_n}}; hx = {h_0, c_0}, zeros when absent.
   std::tuple<Tensor, std::tuple<Tensor, Tensor>> forward(
-      const Tensor& input, const std::optional<std::tuple<Tensor, Tensor>>& hx = std::nullopt) const;
+      const Tensor& input, const LSTMState& hx = std::nullopt) const;
   std::tuple<Tensor, std::tuple<Tensor, Tensor>> operator()(
-      const Tensor& input, const std::optional<std::tuple<Tensor, Tensor>>& hx = std::nullopt) const {
+      const Tensor& input, const LSTMState& hx = std::nullopt) const {
     return forward(input, hx);
   }
   std::string type_name() const override { return "LSTM"; }
@@ -88,9 +102,9 @@ class LSTMCell : public Module {
   LSTMCell(int64_t input_size, int64_t hidden_size, bool bias = true);
   // {h_1, c_1}; hx = {h_0, c_0}, zeros when absent.
   std::tuple<Tensor, Tensor> forward(
-      const Tensor& input, const std::optional<std::tuple<Tensor, Tensor>>& hx = std::nullopt) const;
+      const Tensor& input, const LSTMState& hx = std::nullopt) const;
   std::tuple<Tensor, Tensor> operator()(
-      const Tensor& input, const std::optional<std::tuple<Tensor, Tensor>>& hx = std::nullopt) const {
+      const Tensor& input, const LSTMState& hx = std::nullopt) const {
     return forward(input, hx);
   }
   void reset_parameters();
