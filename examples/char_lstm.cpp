@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -95,23 +96,27 @@ int main(int argc, char** argv) {
   Config cfg;
   CLI::App app{"ember: a character-level LSTM language model on the Brown corpus"};
   app.add_option("--data", cfg.data, "folder with the Brown corpus (bash scripts/fetch_data.sh brown)");
-  app.add_option("--steps", cfg.steps, "training steps")->check(ember::examples::PositiveNumber);
+  namespace ex = ember::examples;
+  app.add_option("--steps", cfg.steps, "training steps")->check(ex::WholeNumberIn(1, ex::kMaxCount));
   app.add_option("--device", cfg.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--seed", cfg.seed, "seed for initialization and sampling");
-  app.add_option("--hidden", cfg.hidden, "LSTM hidden size")->check(ember::examples::PositiveNumber);
-  app.add_option("--layers", cfg.layers, "LSTM layers")->check(ember::examples::PositiveNumber);
-  app.add_option("--batch", cfg.batch, "parallel streams per step")->check(ember::examples::PositiveNumber);
-  app.add_option("--seq-len", cfg.seq_len, "bytes per stream per step (the BPTT length)")->check(ember::examples::PositiveNumber);
-  app.add_option("--lr", cfg.lr, "AdamW learning rate")->check(ember::examples::PositiveNumber);
-  app.add_option("--clip", cfg.clip, "max gradient norm")->check(ember::examples::PositiveNumber);
-  app.add_option("--eval-every", cfg.eval_every, "report and validate every N steps")->check(ember::examples::PositiveNumber);
-  app.add_option("--eval-batches", cfg.eval_batches, "validation windows of seq-len per report")->check(ember::examples::PositiveNumber);
-  app.add_option("--sample", cfg.sample, "bytes to sample at the end (0: none)")->check(ember::examples::NonNegativeNumber);
+  app.add_option("--seed", cfg.seed, "seed for initialization and sampling")->check(ex::Seed);
+  app.add_option("--hidden", cfg.hidden, "LSTM hidden size")->check(ex::WholeNumberIn(1, 1 << 16));
+  app.add_option("--layers", cfg.layers, "LSTM layers")->check(ex::WholeNumberIn(1, 1024));
+  app.add_option("--batch", cfg.batch, "parallel streams per step")->check(ex::WholeNumberIn(1, 1 << 20));
+  app.add_option("--seq-len", cfg.seq_len, "bytes per stream per step (the BPTT length)")
+      ->check(ex::WholeNumberIn(1, 1 << 20));
+  app.add_option("--lr", cfg.lr, "AdamW learning rate")->check(ex::FinitePositiveNumber);
+  app.add_option("--clip", cfg.clip, "max gradient norm")->check(ex::PositiveNumber);
+  app.add_option("--eval-every", cfg.eval_every, "report and validate every N steps")
+      ->check(ex::WholeNumberIn(1, ex::kMaxCount));
+  app.add_option("--eval-batches", cfg.eval_batches, "validation windows of seq-len per report")
+      ->check(ex::WholeNumberIn(1, 1 << 20));
+  app.add_option("--sample", cfg.sample, "bytes to sample at the end (0: none)")->check(ex::WholeNumberIn(0, 1 << 30));
   app.add_option("--export-onnx", cfg.export_onnx,
                  "after training, write the model as ONNX to FILE (bytes and LSTM state -> logits and state)");
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> rc = ex::parse_flags("char_lstm", app, argc, argv)) return *rc;
 
-  try {
+  return ex::exit_code_of("char_lstm", [&] {
     const Device dev = cfg.device == "cuda" ? Device::cuda(0) : Device::cpu();
     manual_seed(cfg.seed);
     if (!cfg.export_onnx.empty()) examples::prepare_output_file("char_lstm", "--export-onnx", cfg.export_onnx);
@@ -232,9 +237,6 @@ int main(int argc, char** argv) {
         .num("val_loss", last_val)
         .num("tokens_per_s", double(cfg.steps * cfg.batch * T) / train_seconds)
         .print();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "char_lstm: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,17 +29,25 @@ int main(int argc, char** argv) {
   std::string device_name = "cpu";
 
   CLI::App app{"ember demo: a 2-layer MLP on synthetic data, trained with hand-written SGD"};
-  app.add_option("--steps", steps, "training steps")->check(ember::examples::PositiveNumber);
-  app.add_option("--batch-size", batch_size, "samples per step")->check(ember::examples::PositiveNumber);
-  app.add_option("--lr", lr, "SGD learning rate");
-  app.add_option("--hidden", hidden, "hidden units")->check(ember::examples::PositiveNumber);
-  app.add_option("--samples", samples, "size of the synthetic data set")->check(ember::examples::PositiveNumber);
-  app.add_option("--log-every", log_every, "print the loss every N steps")->check(ember::examples::PositiveNumber);
-  app.add_option("--seed", seed, "random seed");
+  namespace ex = ember::examples;
+  app.add_option("--steps", steps, "training steps")->check(ex::WholeNumberIn(1, ex::kMaxCount));
+  app.add_option("--batch-size", batch_size, "samples per step (at most --samples)")
+      ->check(ex::WholeNumberIn(1, int64_t(1) << 26));
+  app.add_option("--lr", lr, "SGD learning rate")->check(ex::FinitePositiveNumber);
+  app.add_option("--hidden", hidden, "hidden units")->check(ex::WholeNumberIn(1, 1 << 16));
+  app.add_option("--samples", samples, "size of the synthetic data set")->check(ex::WholeNumberIn(1, int64_t(1) << 26));
+  app.add_option("--log-every", log_every, "print the loss every N steps")->check(ex::WholeNumberIn(1, ex::kMaxCount));
+  app.add_option("--seed", seed, "random seed")->check(ex::Seed);
   app.add_option("--device", device_name, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> rc = ex::parse_flags("demo_mlp", app, argc, argv)) return *rc;
+  // A batch larger than the data set would leave 0 batches per pass (once a division by zero: SIGFPE).
+  if (batch_size > samples) {
+    std::fprintf(stderr, "demo_mlp: --batch-size %lld must be at most --samples %lld\n", (long long)batch_size,
+                 (long long)samples);
+    return 2;
+  }
 
-  try {
+  return ex::exit_code_of("demo_mlp", [&] {
     const Device dev = device_name == "cuda" ? Device::cuda(0) : Device::cpu();
     manual_seed(seed);
 
@@ -109,8 +118,5 @@ int main(int argc, char** argv) {
       return 1;
     }
     return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "demo_mlp: %s\n", e.what());
-    return 1;
-  }
+  });
 }

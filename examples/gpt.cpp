@@ -573,7 +573,9 @@ int train(const Config& cfg) {
 int main(int argc, char** argv) {
   Config cfg;
   CLI::App app{"ember: train GPT-2 on token shards (build/bin/gpt-prepare), or sample from a checkpoint"};
-  const auto positive_count = CLI::Range(int64_t(1), int64_t(1) << 40);
+  namespace ex = ember::examples;
+  const CLI::Validator positive_count = ex::WholeNumberIn(1, ex::kMaxCount);
+  const CLI::Validator count_or_zero = ex::WholeNumberIn(0, ex::kMaxCount);
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later flags win
   app.add_option("--data", cfg.data, "training shards: a .bin file, a folder, or a pattern like dir/x_train_*.bin");
   app.add_option("--val-data", cfg.val_data, "validation shards ('' for none)");
@@ -587,20 +589,21 @@ int main(int argc, char** argv) {
                  "start from a Hugging Face GPT-2 folder (config.json + model.safetensors; replaces --preset)");
   app.add_option("--save-pretrained", cfg.save_pretrained,
                  "after training, write the model as a Hugging Face GPT-2 folder (transformers loads it)");
-  app.add_option("--batch-size", cfg.batch_size, "sequences per micro-batch on each rank")->check(positive_count);
+  app.add_option("--batch-size", cfg.batch_size, "sequences per micro-batch on each rank")
+      ->check(ex::WholeNumberIn(1, int64_t(1) << 20));
   app.add_option("--seq-len", cfg.seq_len, "tokens per sequence (default: the preset's block size)")
-      ->check(positive_count);
+      ->check(ex::WholeNumberIn(1, int64_t(1) << 20));
   app.add_option("--total-batch-tokens", cfg.total_batch_tokens,
                  "tokens per optimizer step over all ranks (gradient accumulation; default one micro-batch)")
       ->check(positive_count);
   app.add_option("--steps", cfg.steps, "optimizer steps")->check(positive_count);
-  app.add_option("--lr", cfg.lr, "peak AdamW learning rate")->check(ember::examples::FinitePositiveNumber);
+  app.add_option("--lr", cfg.lr, "peak AdamW learning rate")->check(ex::FinitePositiveNumber);
   app.add_option("--min-lr", cfg.min_lr, "final learning rate of the cosine decay (default lr/10)")
-      ->check(ember::examples::NonNegativeNumber);
-  app.add_option("--warmup-steps", cfg.warmup_steps, "linear warmup steps")->check(ember::examples::NonNegativeNumber);
+      ->check(ex::FiniteNonNegativeNumber);
+  app.add_option("--warmup-steps", cfg.warmup_steps, "linear warmup steps")->check(count_or_zero);
   app.add_option("--weight-decay", cfg.weight_decay, "AdamW weight decay on matrices and embeddings")
-      ->check(ember::examples::NonNegativeNumber);
-  app.add_option("--grad-clip", cfg.grad_clip, "clip the gradient norm to this")->check(ember::examples::FinitePositiveNumber);
+      ->check(ex::FiniteNonNegativeNumber);
+  app.add_option("--grad-clip", cfg.grad_clip, "clip the gradient norm to this")->check(ex::FinitePositiveNumber);
   app.add_option("--amp", cfg.amp, "mixed precision: off, bf16, fp16 (with GradScaler)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));
   app.add_option("--device", cfg.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
@@ -608,7 +611,7 @@ int main(int argc, char** argv) {
   app.add_option("--tp", cfg.tp,
                  "tensor parallel: split each block's attention heads and MLP over N ranks (the other axis of "
                  "mpirun -np: --ddp or --fsdp)")
-      ->check(CLI::Range(1, 4096));
+      ->check(ex::WholeNumberIn(1, 4096));
   app.add_flag("--fsdp", cfg.fsdp,
                "fully sharded data parallel (ZeRO-3) over the ranks of mpirun -np N: parameters, gradients and "
                "optimizer state divided over them, one unit per block");
@@ -616,21 +619,20 @@ int main(int argc, char** argv) {
                "capture the training step (all micro-batches, clipping, AdamW) in a CUDA graph after 3 eager "
                "steps and replay it (--device cuda; docs/performance.md)");
   app.add_flag("--recompute", cfg.recompute, "activation checkpointing: recompute each block in backward");
-  app.add_option("--eval-every", cfg.eval_every, "validation loss every N steps (0: never)")
-      ->check(ember::examples::NonNegativeNumber);
+  app.add_option("--eval-every", cfg.eval_every, "validation loss every N steps (0: never)")->check(count_or_zero);
   app.add_option("--eval-steps", cfg.eval_steps, "validation micro-batches per evaluation")->check(positive_count);
   app.add_option("--sample-every", cfg.sample_every, "print a generated sample every N steps (0: never)")
-      ->check(ember::examples::NonNegativeNumber);
+      ->check(count_or_zero);
   app.add_option("--sample-tokens", cfg.sample_tokens, "tokens per sample")->check(positive_count);
   app.add_option("--checkpoint", cfg.checkpoint, "checkpoint folder (saved at the end and every --checkpoint-every)");
-  app.add_option("--checkpoint-every", cfg.checkpoint_every, "also save every N steps")->check(ember::examples::NonNegativeNumber);
+  app.add_option("--checkpoint-every", cfg.checkpoint_every, "also save every N steps")->check(count_or_zero);
   app.add_flag("--resume", cfg.resume, "continue from the latest checkpoint in --checkpoint");
   app.add_option("--log-every", cfg.log_every, "log a step every N steps")->check(positive_count);
   app.add_option("--out", cfg.out, "folder for metrics.csv and metrics.svg (default: --checkpoint or runs/gpt)");
-  app.add_option("--seed", cfg.seed, "seed for initialization, data order and samples");
+  app.add_option("--seed", cfg.seed, "seed for initialization, data order and samples")->check(ex::Seed);
   app.add_option("--profile", cfg.profile,
                  "profile N steps after 2 warm-up steps: print the op table, write <out>/trace.json, stop")
-      ->check(ember::examples::NonNegativeNumber);
+      ->check(count_or_zero);
   app.add_flag("--deterministic", cfg.deterministic, "ember::set_deterministic(true)");
   app.add_option("--export-onnx", cfg.export_onnx,
                  "write the model of --checkpoint (latest) or --init-from as ONNX to FILE, and exit");
@@ -639,13 +641,17 @@ int main(int argc, char** argv) {
   app.add_option("--prompt", cfg.prompt, "--generate: the text to continue");
   app.add_option("--max-new-tokens", cfg.max_new_tokens, "--generate: tokens to sample")->check(positive_count);
   app.add_option("--temperature", cfg.temperature, "--generate: softmax temperature (0: greedy)")
-      ->check(ember::examples::NonNegativeNumber);
+      ->check(ex::FiniteNonNegativeNumber);
   app.add_option("--top-k", cfg.top_k, "--generate: sample among the k likeliest tokens (0: all)")
-      ->check(ember::examples::NonNegativeNumber);
+      ->check(count_or_zero);
   app.add_option("--top-p", cfg.top_p, "--generate: sample among the likeliest tokens holding this probability")
-      ->check(CLI::Range(0.0, 1.0));
-  CLI11_PARSE(app, argc, argv);
+      ->check(ex::NumberIn(0, 1));
+  if (const std::optional<int> rc = ex::parse_flags("gpt", app, argc, argv)) return *rc;
   ember::set_deterministic(cfg.deterministic);
+  if (cfg.resume && cfg.checkpoint.empty()) {
+    std::fprintf(stderr, "gpt: --resume needs --checkpoint DIR (the folder to continue from)\n");
+    return 2;
+  }
   if (cfg.cuda_graph && (cfg.device != "cuda" || cfg.ddp || cfg.fsdp || cfg.generate)) {
     // DDP's all-reduce hooks (and FSDP's gathers) are not capturable yet.
     std::fprintf(stderr, "gpt: --cuda-graph needs --device cuda, and does not support --ddp, --fsdp or --generate\n");

@@ -449,23 +449,27 @@ int main(int argc, char** argv) {
   app.add_option("--dataset", cfg.dataset, "mnist or fashion-mnist")->check(CLI::IsMember({"mnist", "fashion-mnist"}));
   app.add_option("--model", cfg.model, "mlp (784-512-256-10) or cnn (PyTorch's MNIST example)")
       ->check(CLI::IsMember({"mlp", "cnn"}));
-  app.add_option("--epochs", cfg.epochs, "passes over the training set")->check(ember::examples::PositiveNumber);
-  // The bound catches values CLI11 saturates to INT64_MAX; a batch above the data set is one step.
+  namespace ex = ember::examples;
+  // The bounds refuse values CLI11 would saturate to INT64_MAX and keep epochs x steps per epoch
+  // far from overflowing; a batch above the data set is one step.
+  app.add_option("--epochs", cfg.epochs, "passes over the training set")->check(ex::WholeNumberIn(1, 1 << 20));
   app.add_option("--batch-size", cfg.batch_size, "images per step")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
-  app.add_option("--lr", cfg.lr, "AdamW learning rate")->check(ember::examples::FinitePositiveNumber);
-  app.add_option("--weight-decay", cfg.weight_decay, "AdamW decoupled weight decay")->check(ember::examples::NonNegativeNumber);
+      ->check(ex::WholeNumberIn(1, int64_t(1) << 30));
+  app.add_option("--lr", cfg.lr, "AdamW learning rate")->check(ex::FinitePositiveNumber);
+  app.add_option("--weight-decay", cfg.weight_decay, "AdamW decoupled weight decay")
+      ->check(ex::FiniteNonNegativeNumber);
   app.add_option("--device", cfg.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--workers", cfg.workers, "data loader threads (0: load in the training thread)")
-      ->check(CLI::Range(0, 64));
-  app.add_option("--seed", cfg.seed, "seed for initialization, shuffling and dropout");
+      ->check(ex::WholeNumberIn(0, 64));
+  app.add_option("--seed", cfg.seed, "seed for initialization, shuffling and dropout")->check(ex::Seed);
   app.add_option("--checkpoint", cfg.checkpoint, "folder for checkpoints (saved every epoch)");
   app.add_option("--checkpoint-every", cfg.checkpoint_every, "also save every N steps (0: epochs only)")
-      ->check(ember::examples::NonNegativeNumber);
+      ->check(ex::WholeNumberIn(0, ex::kMaxCount));
   app.add_flag("--resume", cfg.resume, "continue from the latest checkpoint in --checkpoint");
   app.add_option("--max-steps", cfg.max_steps, "stop after N steps in total (0: all epochs)")
-      ->check(ember::examples::NonNegativeNumber);
-  app.add_option("--log-every", cfg.log_every, "progress and metrics every N steps")->check(ember::examples::PositiveNumber);
+      ->check(ex::WholeNumberIn(0, ex::kMaxCount));
+  app.add_option("--log-every", cfg.log_every, "progress and metrics every N steps")
+      ->check(ex::WholeNumberIn(1, ex::kMaxCount));
   app.add_option("--out", cfg.out, "folder for metrics.csv and metrics.svg (default: --checkpoint or runs/mnist)");
   app.add_option("--export-onnx", cfg.export_onnx,
                  "after training, write the model as ONNX to FILE (image pixels in [0, 1] -> logits)");
@@ -476,7 +480,7 @@ int main(int argc, char** argv) {
                "ember::set_deterministic(true): deterministic algorithms only (docs/reliability.md)");
   app.add_option("--profile", cfg.profile,
                  "profile N steps after 2 warm-up steps: print the op table, write <out>/trace.json, stop")
-      ->check(ember::examples::NonNegativeNumber);
+      ->check(ex::WholeNumberIn(0, ex::kMaxCount));
   app.add_flag("--cuda-graph", cfg.cuda_graph,
                "capture the training step in a CUDA graph after 3 eager steps and replay it (--device cuda, "
                "--model mlp; docs/performance.md)");
@@ -486,7 +490,7 @@ int main(int argc, char** argv) {
   app.add_flag("--fsdp", cfg.fsdp,
                "fully sharded data parallel (ZeRO-3) over the ranks of mpirun -np N: parameters, gradients and "
                "AdamW state divided over them; checkpoints sharded");
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> rc = ex::parse_flags("mnist", app, argc, argv)) return *rc;
   if (cfg.fsdp && cfg.ddp) {
     std::fprintf(stderr, "mnist: --fsdp and --ddp are two ways of data parallelism: pick one\n");
     return 2;

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -170,28 +171,24 @@ int main(int argc, char** argv) {
   Config cfg;
   CLI::App app{"ember: a small ResNet on Fashion-MNIST (SGD + OneCycleLR)"};
   app.add_option("--data", cfg.data, "folder with the four Fashion-MNIST IDX files (scripts/fetch_data.sh fashion-mnist)");
-  app.add_option("--epochs", cfg.epochs, "passes over the training set")->check(CLI::Range(int64_t(1), int64_t(1000)));
-  app.add_option("--batch-size", cfg.batch_size, "images per step")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  namespace ex = ember::examples;
+  app.add_option("--epochs", cfg.epochs, "passes over the training set")->check(ex::WholeNumberIn(1, 1000));
+  app.add_option("--batch-size", cfg.batch_size, "images per step")->check(ex::WholeNumberIn(1, int64_t(1) << 20));
   app.add_option("--limit", cfg.limit, "use only the first N training and test images (0: all)")
-      ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
-  app.add_option("--lr", cfg.lr, "OneCycleLR's max_lr")->check(CLI::Range(1e-8, 10.0));
-  app.add_option("--weight-decay", cfg.weight_decay, "SGD L2 weight decay")->check(CLI::Range(0.0, 1.0));
+      ->check(ex::WholeNumberIn(0, int64_t(1) << 30));
+  app.add_option("--lr", cfg.lr, "OneCycleLR's max_lr")->check(ex::NumberIn(1e-8, 10.0));
+  app.add_option("--weight-decay", cfg.weight_decay, "SGD L2 weight decay")->check(ex::NumberIn(0.0, 1.0));
   app.add_option("--device", cfg.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--amp", cfg.amp, "autocast: off, bf16 or fp16 (fp16 adds a GradScaler)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));
   app.add_option("--workers", cfg.workers, "data loader threads (0: load in the training thread)")
-      ->check(CLI::Range(0, 64));
-  app.add_option("--seed", cfg.seed, "seed for initialization and shuffling");
+      ->check(ex::WholeNumberIn(0, 64));
+  app.add_option("--seed", cfg.seed, "seed for initialization and shuffling")->check(ex::Seed);
   app.add_option("--export-onnx", cfg.export_onnx,
                  "after training, write the model as ONNX to FILE (image pixels in [0, 1] -> logits)");
   app.add_flag("--cudnn-benchmark", cfg.cudnn_benchmark,
                "CUDA: time cuDNN's algorithms at each convolution shape's first use and run the fastest "
                "(torch.backends.cudnn.benchmark)");
-  CLI11_PARSE(app, argc, argv);
-  try {
-    return run(cfg);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "resnet: %s\n", e.what());
-    return 1;
-  }
+  if (const std::optional<int> rc = ex::parse_flags("resnet", app, argc, argv)) return *rc;
+  return ex::exit_code_of("resnet", [&] { return run(cfg); });
 }

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -124,26 +125,33 @@ double accuracy(Classifier& model, const std::vector<Batch>& data, bool use_mask
 int main(int argc, char** argv) {
   Config cfg;
   CLI::App app{"ember: a small Transformer encoder on padded variable-length digit sequences"};
-  app.add_option("--steps", cfg.steps, "training steps")->check(ember::examples::PositiveNumber);
-  app.add_option("--batch-size", cfg.batch_size, "sequences per step")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
-  app.add_option("--max-len", cfg.max_len, "padded sequence length")->check(CLI::Range(int64_t(1), int64_t(4096)));
-  app.add_option("--d-model", cfg.d_model, "model width")->check(ember::examples::PositiveNumber);
-  app.add_option("--heads", cfg.heads, "attention heads (must divide --d-model)")->check(ember::examples::PositiveNumber);
-  app.add_option("--layers", cfg.layers, "encoder layers")->check(ember::examples::PositiveNumber);
-  app.add_option("--ff", cfg.ff, "feed-forward width")->check(ember::examples::PositiveNumber);
-  app.add_option("--dropout", cfg.dropout, "dropout (attention, residual, feed-forward)")->check(CLI::Range(0.0, 0.99));
-  app.add_option("--lr", cfg.lr, "AdamW learning rate")->check(ember::examples::PositiveNumber);
-  app.add_option("--eval-size", cfg.eval_size, "held-out sequences")->check(ember::examples::PositiveNumber);
-  app.add_option("--log-every", cfg.log_every, "print the loss every N steps")->check(ember::examples::PositiveNumber);
-  app.add_option("--seed", cfg.seed, "seed for data, initialization and dropout");
+  namespace ex = ember::examples;
+  app.add_option("--steps", cfg.steps, "training steps")->check(ex::WholeNumberIn(1, ex::kMaxCount));
+  app.add_option("--batch-size", cfg.batch_size, "sequences per step")->check(ex::WholeNumberIn(1, int64_t(1) << 20));
+  app.add_option("--max-len", cfg.max_len, "padded sequence length")->check(ex::WholeNumberIn(1, 4096));
+  app.add_option("--d-model", cfg.d_model, "model width")->check(ex::WholeNumberIn(1, 1 << 16));
+  app.add_option("--heads", cfg.heads, "attention heads (must divide --d-model)")->check(ex::WholeNumberIn(1, 1 << 16));
+  app.add_option("--layers", cfg.layers, "encoder layers")->check(ex::WholeNumberIn(1, 1024));
+  app.add_option("--ff", cfg.ff, "feed-forward width")->check(ex::WholeNumberIn(1, 1 << 20));
+  app.add_option("--dropout", cfg.dropout, "dropout (attention, residual, feed-forward)")
+      ->check(ex::NumberIn(0.0, 0.99));
+  app.add_option("--lr", cfg.lr, "AdamW learning rate")->check(ex::FinitePositiveNumber);
+  app.add_option("--eval-size", cfg.eval_size, "held-out sequences")->check(ex::WholeNumberIn(1, int64_t(1) << 30));
+  app.add_option("--log-every", cfg.log_every, "print the loss every N steps")
+      ->check(ex::WholeNumberIn(1, ex::kMaxCount));
+  app.add_option("--seed", cfg.seed, "seed for data, initialization and dropout")->check(ex::Seed);
   app.add_option("--export-onnx", cfg.export_onnx,
                  "after training, write the model as ONNX to FILE (tokens and padding mask -> logits)");
   app.add_option("--device", cfg.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> rc = ex::parse_flags("transformer_encoder", app, argc, argv)) return *rc;
+  if (cfg.d_model % cfg.heads != 0) {
+    std::fprintf(stderr, "transformer_encoder: --heads %lld must divide --d-model %lld\n", (long long)cfg.heads,
+                 (long long)cfg.d_model);
+    return 2;
+  }
 
-  try {
-    if (cfg.d_model % cfg.heads != 0)
-      throw ValueError(str("[transformer_encoder] --heads ", cfg.heads, " must divide --d-model ", cfg.d_model));
+  // ember's errors and any other: exit 1, one line (never std::terminate's SIGABRT).
+  return ex::exit_code_of("transformer_encoder", [&] {
     const Device dev = cfg.device == "cuda" ? Device::cuda(0) : Device::cpu();
     manual_seed(cfg.seed);
     if (!cfg.export_onnx.empty()) examples::prepare_output_file("transformer_encoder", "--export-onnx", cfg.export_onnx);
@@ -205,8 +213,5 @@ int main(int argc, char** argv) {
                 "\"tokens_per_s\": %.0f, \"steps\": %lld, \"device\": \"%s\"}\n",
                 last_loss, acc, acc_unmasked, tokens_per_s, (long long)cfg.steps, cfg.device.c_str());
     return 0;
-  } catch (const std::exception& e) {  // ember's errors and any other (never std::terminate's SIGABRT)
-    std::fprintf(stderr, "transformer_encoder: %s\n", e.what());
-    return 1;
-  }
+  });
 }

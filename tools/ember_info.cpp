@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +20,7 @@
 #include <ember/cuda_memory.h>
 #include <ember/ember.h>
 
+#include "../examples/common/cli_checks.h"  // parse_flags, exit_code_of: shared with the examples
 #include "library_versions.h"
 #include "memory_estimate.h"
 
@@ -164,9 +166,9 @@ int main(int argc, char** argv) {
       ->needs(estimate);
   app.add_flag("--no-master-weights", no_master, "bf16/f16 params without an f32 master copy")
       ->needs(estimate);
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> rc = ember::examples::parse_flags("ember-info", app, argc, argv)) return *rc;
 
-  try {
+  return ember::examples::exit_code_of("ember-info", [&] {
     namespace cuda = ember::cuda;
     const std::string runtime = cuda::runtime_version();
     const bool cuda_built = runtime != "none";
@@ -221,8 +223,5 @@ int main(int argc, char** argv) {
       print_estimate(in, estimate_memory(in), devices);
     }
     return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ember-info: %s\n", e.what());
-    return 1;
-  }
+  });
 }

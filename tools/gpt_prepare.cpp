@@ -13,7 +13,7 @@
 // is too short for a training window). A shard is written atomically (temporary file, fsync, rename, folder
 // fsync), and shards of an earlier run under the same <name> are removed first, so the folder
 // never mixes two runs. Exit status: 0 on success, 1 on an error (the message names the file or
-// flag), CLI11's non-zero code for bad flags.
+// flag), 2 for a bad flag; either is one line, and --out is checked before anything is read.
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -33,7 +34,8 @@
 #include <ember/data.h>
 #include <ember/error.h>
 
-#include "file_util.h"  // io/src: write_file_atomic
+#include "../examples/common/cli_checks.h"  // flag checks and messages shared with the examples
+#include "file_util.h"                      // io/src: write_file_atomic
 
 namespace fs = std::filesystem;
 using namespace ember;
@@ -193,6 +195,8 @@ int run(Config cfg) {
   if (cfg.name.empty()) cfg.name = text_mode ? "text" : "brown";
   if (cfg.name.find('/') != std::string::npos)
     throw ValueError(str("[gpt-prepare] --name ", cfg.name, " must not contain '/'"));
+  // Where the shards go, checked before the tokenizer and the documents are read.
+  examples::prepare_output_folder("gpt-prepare", "--out", cfg.out);
 
   const data::GPT2Tokenizer tok = data::GPT2Tokenizer::from_dir(cfg.gpt2);
   const std::vector<std::string> docs = text_mode ? list_text_files(cfg.inputs) : data::brown_files(cfg.data);
@@ -213,10 +217,6 @@ int run(Config cfg) {
     n_val = docs.size() - 1;
   }
 
-  std::error_code ec;
-  fs::create_directories(cfg.out, ec);
-  if (ec || !fs::is_directory(cfg.out))
-    throw IOError(str("[gpt-prepare] --out ", cfg.out, ": cannot create the folder: ", ec.message()));
   // Shards of an earlier run under this name go first, so the folder never mixes two runs.
   for (const auto& e : fs::directory_iterator(cfg.out)) {
     const std::string f = e.path().filename().string();
@@ -271,18 +271,13 @@ int main(int argc, char** argv) {
   app.add_option("--name", cfg.name, "shard file prefix (default: the corpus name)");
   app.add_option("--shard-size", cfg.shard_size,
                  "tokens per shard (the last of a split holds 0.5x to 1.5x as many)")
-      ->check(CLI::Range(int64_t(1), int64_t(INT32_MAX) / 2));
+      ->check(examples::WholeNumberIn(1, int64_t(INT32_MAX) / 2));
   app.add_option("--val-fraction", cfg.val_fraction, "fraction of the documents for the validation split")
-      ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--seed", cfg.seed, "seed of the document shuffle");
+      ->check(examples::NumberIn(0.0, 1.0));
+  app.add_option("--seed", cfg.seed, "seed of the document shuffle")->check(examples::Seed);
   app.add_flag("--no-shuffle", cfg.no_shuffle, "keep the documents in file order (val = the first ones)");
   app.add_flag("--quiet", cfg.quiet, "no progress bar");
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> rc = examples::parse_flags("gpt-prepare", app, argc, argv)) return *rc;
   if (!cfg.inputs.empty() && app.count("--corpus") == 0) cfg.corpus = "text";  // inputs imply text
-  try {
-    return run(cfg);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpt-prepare: error: %s\n", e.what());
-    return 1;
-  }
+  return examples::exit_code_of("gpt-prepare", [&] { return run(cfg); });
 }

@@ -7,12 +7,15 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -45,6 +48,82 @@ inline const CLI::Validator NonNegativeNumber =
 inline const CLI::Validator FinitePositiveNumber =
     detail::number_check([](double v) { return std::isfinite(v) && v > 0; }, "a finite positive number",
                          "POSITIVE");
+// For weight decay, a final lr, a temperature: also refuses inf.
+inline const CLI::Validator FiniteNonNegativeNumber =
+    detail::number_check([](double v) { return std::isfinite(v) && v >= 0; }, "zero or a finite positive number",
+                         "NONNEGATIVE");
+
+// A whole number from lo to hi: `--epochs 0` reads "--epochs: must be at least 1, not 0" (with lo
+// 0, `--eval-every -1` "must be zero or a positive number, not -1"), `--steps 1.5` "--steps: must
+// be a whole number from 1 to 1099511627776, not 1.5". The upper bound refuses what CLI11 would
+// saturate to INT64_MAX (99999999999999999999) or what would overflow the program's arithmetic
+// (epochs x steps per epoch). Checked on the text, so "abc" gets this message too.
+inline CLI::Validator WholeNumberIn(int64_t lo, int64_t hi) {
+  const std::string range = std::to_string(lo) + " to " + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, range](const std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const long long v = std::strtoll(text.c_str(), &end, 10);
+        if (end == text.c_str() || *end != '\0') return "must be a whole number from " + range + ", not " + text;
+        if (errno == ERANGE ? v < 0 : v < lo)
+          return (lo == 0 ? std::string("must be zero or a positive number")
+                          : "must be at least " + std::to_string(lo)) + ", not " + text;
+        if (errno == ERANGE || v > hi) return "must be at most " + std::to_string(hi) + ", not " + text;
+        return std::string();
+      },
+      "INT in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
+}
+// The bound of counts (steps, sizes, intervals) that have no smaller natural one: 2^40.
+inline constexpr int64_t kMaxCount = int64_t(1) << 40;
+
+// A finite number from lo to hi: `--top-p nan` reads "--top-p: must be a number from 0 to 1, not
+// nan" (CLI11's Range lets NaN through: NaN < lo and NaN > hi are both false).
+inline CLI::Validator NumberIn(double lo, double hi) {
+  char range[64];
+  std::snprintf(range, sizeof range, "%g to %g", lo, hi);
+  return CLI::Validator(
+      [lo, hi, r = std::string(range)](const std::string& text) -> std::string {
+        const double v = detail::number_of(text);
+        return std::isfinite(v) && v >= lo && v <= hi ? std::string()
+                                                      : "must be a number from " + r + ", not " + text;
+      },
+      std::string("FLOAT in [") + range + "]");
+}
+
+// A seed: a whole number from 0 to 2^64-1. CLI11 takes `--seed -1` as 2^64-1 and saturates
+// 99999999999999999999999; both are refused here.
+inline const CLI::Validator Seed = CLI::Validator(
+    [](const std::string& text) -> std::string {
+      char* end = nullptr;
+      errno = 0;
+      std::strtoull(text.c_str(), &end, 10);
+      const bool ok = end != text.c_str() && *end == '\0' && errno != ERANGE &&
+                      text.find('-') == std::string::npos;
+      return ok ? std::string() : "must be a whole number from 0 to 18446744073709551615, not " + text;
+    },
+    "SEED");
+
+// Parses the flags. Returns nothing when the program goes on; otherwise its exit code: 0 after
+// --help, 2 (a usage error) for a bad flag, reported in one line "program: --flag: what it needs"
+// (CLI11_PARSE prints two lines and exits with CLI11's own codes, 104 to 114). A flag missing its
+// value reads "--batch-size needs a value", not "--batch-size: 1 required INT:INT in [...] missing".
+inline std::optional<int> parse_flags(const char* program, CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --help-all, --version
+    std::string what = e.what();
+    const size_t colon = what.find(": ");
+    if (e.get_name() == "ArgumentMismatch" && colon != std::string::npos &&
+        what.find(" required ", colon) != std::string::npos && what.size() > 8 &&
+        what.compare(what.size() - 8, 8, " missing") == 0)
+      what = what.substr(0, colon) + " needs a value";
+    std::fprintf(stderr, "%s: %s (see %s --help)\n", program, what.c_str(), program);
+    return 2;
+  }
+}
 
 // A program's last line: any exception leaving `body` (ember's, std::filesystem's, bad_alloc)
 // ends it with exit code 1 and one message "program: what", never with std::terminate's SIGABRT.
