@@ -1,23 +1,27 @@
-// The bad-input catalog: build/bin/mnist and build/bin/ember-info fed truncated, garbage,
-// empty and huge-dimension files and absurd flags. Every case must exit non-zero, by exit()
-// and not by a signal, with a message naming the file or the flag. The file cases run under
+// The bad-input catalog: build/bin/mnist fed truncated, garbage, empty and huge-dimension files,
+// and every example and tool (mnist, gpt, resnet, char_lstm, transformer_encoder, demo_mlp,
+// gpt-prepare, ember-info) fed absurd flags and paths. Every case must exit non-zero, by exit()
+// and not by a signal, with a message naming the file or the flag; a flag case exits 2 (usage)
+// or 1 (a path checked before any data is read), in one line. The file cases run under
 // `ulimit -d` (kFileDataKb): a header that claims 2^31 images must be rejected before anything
 // that large is allocated. docs/reliability.md ("Bad-input catalog") counts the cases.
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 #include <zlib.h>
 
 #include "support/test_support.h"
 
 #ifndef EMBER_BIN_DIR
-#error "EMBER_BIN_DIR must name the folder holding mnist and ember-info"
+#error "EMBER_BIN_DIR must name the folder holding the examples and tools"
 #endif
 
 namespace fs = std::filesystem;
@@ -113,6 +117,13 @@ void put_gz(const fs::path& p, const std::string& bytes) {
   ASSERT_NE(g, nullptr);
   gzwrite(g, bytes.data(), unsigned(bytes.size()));
   gzclose(g);
+}
+
+// The lines of a program's output (a final line without '\n' counts too).
+size_t lines_of(const std::string& output) {
+  size_t n = 0;
+  for (char c : output) n += c == '\n';
+  return n + (!output.empty() && output.back() != '\n');
 }
 
 // The clean-failure contract every case checks.
@@ -310,6 +321,7 @@ TEST_F(BadInputs, OutputPathsThatCannotBeWritten) {
   put(file, "not a folder");
   const std::string mnist_bin = std::string(EMBER_BIN_DIR) + "/mnist";
   const std::string gpt_bin = std::string(EMBER_BIN_DIR) + "/gpt";
+  const auto bin = [](const char* name) { return std::string(EMBER_BIN_DIR) + "/" + name; };
   const std::vector<std::string> base = {"--data", data().string(), "--max-steps", "1", "--workers", "0"};
   struct Case {
     std::string program;
@@ -324,6 +336,21 @@ TEST_F(BadInputs, OutputPathsThatCannotBeWritten) {
       {gpt_bin, {"--out", file.string()}, "--out " + file.string()},
       {gpt_bin, {"--out", (root_ / "gout").string(), "--checkpoint", (file / "sub").string()}, "--checkpoint"},
       {gpt_bin, {"--out", (root_ / "gout").string(), "--save-pretrained", file.string()}, "--save-pretrained"},
+      // --export-onnx FILE: its folder made and probed, a folder in the file's place refused,
+      // before the data is read (resnet's --data here is the valid set) or the model trained.
+      {mnist_bin, {"--out", (root_ / "out").string(), "--export-onnx", root_.string()},
+       "--export-onnx " + root_.string() + ": is a folder, not a file"},
+      {gpt_bin, {"--export-onnx", root_.string(), "--checkpoint", (root_ / "ck").string()},
+       "--export-onnx " + root_.string() + ": is a folder, not a file"},
+      {bin("resnet"), {"--data", data().string(), "--export-onnx", "/proc/ember-no-such-folder/r.onnx"},
+       "--export-onnx /proc/ember-no-such-folder: cannot create"},
+      {bin("char_lstm"), {"--data", (root_ / "no-data-here").string(), "--export-onnx", (file / "x.onnx").string()},
+       "--export-onnx " + file.string() + ": exists and is not a folder"},
+      {bin("transformer_encoder"), {"--export-onnx", root_.string()},
+       "--export-onnx " + root_.string() + ": is a folder, not a file"},
+      // gpt-prepare checks --out before it reads the tokenizer or a document.
+      {bin("gpt-prepare"), {"--out", file.string()}, "--out " + file.string() + ": exists and is not a folder"},
+      {bin("gpt-prepare"), {"--out", "/proc/ember-no-such-folder"}, "--out /proc/ember-no-such-folder: cannot create"},
   };
   for (Case& c : cases) {
     std::vector<std::string> args = c.args;
@@ -333,6 +360,7 @@ TEST_F(BadInputs, OutputPathsThatCannotBeWritten) {
     for (const auto& a : args) what += " " + a;
     expect_clean_failure(r, c.must_mention, what);
     EXPECT_EQ(r.exit_code, 1) << what << "\n" << r.output;
+    EXPECT_EQ(lines_of(r.output), 1u) << what << "\n" << r.output;
     // mnist's progress line ("epoch 1/1 [...]") would come first had it trained before refusing.
     EXPECT_EQ(r.output.find("epoch 1/"), std::string::npos) << "trained before refusing: " << r.output;
   }
@@ -348,25 +376,59 @@ TEST_F(BadInputs, BatchSizeBeyondInt64) {
 }
 
 struct FlagCase {
-  const char* program;  // "mnist" or "ember-info"
-  std::vector<std::string> args;
+  const char* program;  // a program in EMBER_BIN_DIR: "mnist", "gpt", "gpt-prepare", ...
+  std::vector<std::string> args;  // "@ROOT@" reads as the case's temporary folder
   const char* must_mention;
+  int exit_code = 2;  // 2: refused while the flags are read (usage); 1: refused at a path
 };
 
-class BadFlags : public BadInputs, public ::testing::WithParamInterface<FlagCase> {};
+class BadFlags : public BadInputs, public ::testing::WithParamInterface<FlagCase> {
+ protected:
+  // Runs `program args...`. mnist gets the valid data set (BadInputs::mnist); the others get
+  // flags that keep an accepted bad flag from reaching any real data or long run (a --data
+  // that names no folder, one step), each only where the case does not set that flag.
+  ProcRun run_case(const std::string& program, std::vector<std::string> args) const {
+    for (std::string& a : args)
+      if (a.rfind("@ROOT@", 0) == 0) a = root_.string() + a.substr(6);
+    if (program == "mnist") return mnist(args);
+    const std::string nowhere = (root_ / "no-data-here").string();
+    std::vector<std::pair<std::string, std::string>> defaults;
+    if (program == "gpt")
+      defaults = {{"--data", nowhere}, {"--val-data", ""}, {"--tokenizer", nowhere},
+                  {"--out", (root_ / "gpt-out").string()}, {"--steps", "1"}};
+    else if (program == "resnet" || program == "char_lstm")
+      defaults = {{"--data", nowhere}};
+    else if (program == "transformer_encoder")
+      defaults = {{"--steps", "1"}, {"--eval-size", "1"}};
+    else if (program == "demo_mlp")
+      defaults = {{"--steps", "1"}};
+    else if (program == "gpt-prepare")
+      defaults = {{"--data", nowhere}, {"--gpt2", nowhere}, {"--out", (root_ / "tokens").string()}};
+    std::vector<std::string> all;
+    for (const auto& [flag, value] : defaults)
+      if (std::find(args.begin(), args.end(), flag) == args.end()) {
+        all.push_back(flag);
+        all.push_back(value);
+      }
+    all.insert(all.end(), args.begin(), args.end());  // last: a case's flag may lack its value
+    return run_program(std::string(EMBER_BIN_DIR) + "/" + program, all);
+  }
+};
 
 TEST_P(BadFlags, RejectedWithTheFlagNamed) {
   const FlagCase& c = GetParam();
-  ProcRun r;
-  if (std::string(c.program) == "mnist") {
-    r = mnist(c.args);
-  } else {
-    // ember-info reads no file, so it runs without the data cap.
-    r = run_program(std::string(EMBER_BIN_DIR) + "/ember-info", c.args);
-  }
+  const ProcRun r = run_case(c.program, c.args);
   std::string what = c.program;
   for (const auto& a : c.args) what += " " + a;
-  expect_clean_failure(r, c.must_mention, what);
+  std::string must_mention = c.must_mention;
+  if (must_mention.rfind("@ROOT@", 0) == 0) must_mention = root_.string() + must_mention.substr(6);
+  expect_clean_failure(r, must_mention, what);
+  EXPECT_EQ(r.exit_code, c.exit_code) << what << "\n" << r.output;
+  // One line, before any data is read or step taken (a training run prints more), and in words:
+  // not CLI11's second line nor its bounds printed to 309 digits.
+  EXPECT_EQ(lines_of(r.output), 1u) << what << "\n" << r.output;
+  EXPECT_EQ(r.output.find("Run with --help"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("not in range"), std::string::npos) << r.output;
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -377,13 +439,21 @@ INSTANTIATE_TEST_SUITE_P(
         FlagCase{"mnist", {"--batch-size", "abc"}, "--batch-size"},
         FlagCase{"mnist", {"--epochs", "-1"}, "--epochs"},
         // What the flag needs, not CLI11's "Value 0 not in range 0.000000 to 179769313486..."
-        FlagCase{"mnist", {"--epochs", "0"}, "--epochs: must be a positive number, not 0"},
+        FlagCase{"mnist", {"--epochs", "0"}, "--epochs: must be at least 1, not 0"},
+        // Once saturated to INT64_MAX by CLI11: epochs x steps per epoch overflowed.
+        FlagCase{"mnist", {"--epochs", "99999999999999999999"}, "--epochs: must be at most 1048576"},
+        FlagCase{"mnist", {"--epochs", "1.5"}, "--epochs: must be a whole number"},
         FlagCase{"mnist", {"--lr", "-1"}, "--lr"},
         FlagCase{"mnist", {"--lr", "inf"}, "--lr"},
         // NaN passes CLI11's own PositiveNumber check (NaN <= 0 is false); ember's refuses it.
         FlagCase{"mnist", {"--lr", "nan"}, "--lr: must be a finite positive number, not nan"},
         FlagCase{"mnist", {"--lr", "banana"}, "--lr"},
-        FlagCase{"mnist", {"--weight-decay", "-0.1"}, "--weight-decay: must be zero or a positive number, not -0.1"},
+        FlagCase{"mnist", {"--weight-decay", "-0.1"},
+                 "--weight-decay: must be zero or a finite positive number, not -0.1"},
+        FlagCase{"mnist", {"--weight-decay", "inf"}, "--weight-decay"},
+        // CLI11 read -1 as 2^64-1 and saturated 99999999999999999999999.
+        FlagCase{"mnist", {"--seed", "-1"}, "--seed: must be a whole number from 0 to 18446744073709551615, not -1"},
+        FlagCase{"mnist", {"--seed", "99999999999999999999999"}, "--seed"},
         FlagCase{"mnist", {"--workers", "100000"}, "--workers"},
         FlagCase{"mnist", {"--workers", "-1"}, "--workers"},
         FlagCase{"mnist", {"--log-every", "0"}, "--log-every"},
@@ -393,7 +463,7 @@ INSTANTIATE_TEST_SUITE_P(
         FlagCase{"mnist", {"--device", "tpu"}, "--device"},
         FlagCase{"mnist", {"--amp", "fp8"}, "--amp"},
         FlagCase{"mnist", {"--no-such-flag"}, "--no-such-flag"},
-        FlagCase{"mnist", {"--batch-size"}, "--batch-size"},
+        FlagCase{"mnist", {"--batch-size"}, "--batch-size needs a value"},
         FlagCase{"ember-info", {"--estimate", "banana"}, "banana"},
         FlagCase{"ember-info", {"--estimate", "-5"}, "--estimate"},
         FlagCase{"ember-info", {"--estimate"}, "--estimate"},
@@ -402,4 +472,122 @@ INSTANTIATE_TEST_SUITE_P(
         FlagCase{"ember-info", {"--estimate", "124M", "--layers", "many"}, "--layers"},
         // Examples of the flag's own kind of number, not parameter counts.
         FlagCase{"ember-info", {"--estimate", "124M", "--layers", "-1"}, "is not a layer count: a positive number (examples: 12, 48)"},
-        FlagCase{"ember-info", {"--no-such-flag"}, "--no-such-flag"}));
+        FlagCase{"ember-info", {"--layers", "12"}, "--layers requires --estimate"},
+        FlagCase{"ember-info", {"--no-such-flag"}, "--no-such-flag"},
+        // ---- gpt ----
+        FlagCase{"gpt", {"--batch-size", "0"}, "--batch-size: must be at least 1, not 0"},
+        FlagCase{"gpt", {"--batch-size", "99999999999999999999"}, "--batch-size: must be at most 1048576"},
+        FlagCase{"gpt", {"--seq-len", "-1"}, "--seq-len"},
+        FlagCase{"gpt", {"--steps", "0"}, "--steps: must be at least 1, not 0"},
+        FlagCase{"gpt", {"--steps", "abc"}, "--steps: must be a whole number from 1 to 1099511627776, not abc"},
+        FlagCase{"gpt", {"--steps", "1.5"}, "--steps"},
+        FlagCase{"gpt", {"--total-batch-tokens", "0"}, "--total-batch-tokens"},
+        FlagCase{"gpt", {"--lr", "nan"}, "--lr: must be a finite positive number, not nan"},
+        FlagCase{"gpt", {"--lr", "inf"}, "--lr"},
+        FlagCase{"gpt", {"--min-lr", "-1"}, "--min-lr"},
+        FlagCase{"gpt", {"--warmup-steps", "-1"}, "--warmup-steps"},
+        FlagCase{"gpt", {"--weight-decay", "inf"}, "--weight-decay"},
+        FlagCase{"gpt", {"--grad-clip", "0"}, "--grad-clip"},
+        FlagCase{"gpt", {"--eval-every", "-1"}, "--eval-every"},
+        FlagCase{"gpt", {"--eval-steps", "0"}, "--eval-steps"},
+        FlagCase{"gpt", {"--sample-every", "x"}, "--sample-every"},
+        FlagCase{"gpt", {"--checkpoint-every", "-3"}, "--checkpoint-every"},
+        FlagCase{"gpt", {"--log-every", "0"}, "--log-every"},
+        FlagCase{"gpt", {"--profile", "-1"}, "--profile"},
+        FlagCase{"gpt", {"--tp", "0"}, "--tp: must be at least 1, not 0"},
+        FlagCase{"gpt", {"--seed", "-1"}, "--seed"},
+        // CLI11's Range(0, 1) let NaN through (NaN < 0 and NaN > 1 are both false).
+        FlagCase{"gpt", {"--top-p", "nan"}, "--top-p: must be a number from 0 to 1, not nan"},
+        FlagCase{"gpt", {"--top-p", "1.5"}, "--top-p"},
+        FlagCase{"gpt", {"--top-k", "-1"}, "--top-k"},
+        FlagCase{"gpt", {"--temperature", "-0.5"}, "--temperature"},
+        FlagCase{"gpt", {"--max-new-tokens", "0"}, "--max-new-tokens"},
+        FlagCase{"gpt", {"--arch", "rnn"}, "--arch"},
+        FlagCase{"gpt", {"--preset", "huge"}, "--preset"},
+        FlagCase{"gpt", {"--device", "tpu"}, "--device"},
+        FlagCase{"gpt", {"--amp", "fp8"}, "--amp"},
+        FlagCase{"gpt", {"--no-such-flag"}, "--no-such-flag"},
+        FlagCase{"gpt", {"--lr"}, "--lr needs a value"},
+        FlagCase{"gpt", {"--resume"}, "--resume needs --checkpoint"},
+        FlagCase{"gpt", {"--cuda-graph"}, "--cuda-graph needs --device cuda"},
+        FlagCase{"gpt", {"--fsdp", "--ddp"}, "--fsdp"},
+        FlagCase{"gpt", {"--data", "@ROOT@/nowhere"}, "@ROOT@/nowhere: no such file or folder", 1},
+        FlagCase{"gpt", {"--init-from", "@ROOT@/nowhere"}, "@ROOT@/nowhere/config.json", 1},
+        FlagCase{"gpt", {"--generate"}, "--generate needs --checkpoint DIR or --init-from DIR", 1},
+        FlagCase{"gpt", {"--generate", "--init-from", "@ROOT@/nowhere"}, "--tokenizer", 1},
+        // ---- resnet ----
+        FlagCase{"resnet", {"--epochs", "0"}, "--epochs: must be at least 1, not 0"},
+        FlagCase{"resnet", {"--epochs", "5000"}, "--epochs: must be at most 1000, not 5000"},
+        FlagCase{"resnet", {"--batch-size", "-1"}, "--batch-size"},
+        FlagCase{"resnet", {"--batch-size", "abc"}, "--batch-size"},
+        FlagCase{"resnet", {"--limit", "-1"}, "--limit"},
+        // CLI11's Range(1e-8, 10) printed its bound as 0.000000 and let NaN through.
+        FlagCase{"resnet", {"--lr", "0"}, "--lr: must be a number from 1e-08 to 10, not 0"},
+        FlagCase{"resnet", {"--lr", "nan"}, "--lr"},
+        FlagCase{"resnet", {"--weight-decay", "2"}, "--weight-decay"},
+        FlagCase{"resnet", {"--workers", "65"}, "--workers: must be at most 64"},
+        FlagCase{"resnet", {"--seed", "x"}, "--seed"},
+        FlagCase{"resnet", {"--device", "tpu"}, "--device"},
+        FlagCase{"resnet", {"--amp", "fp8"}, "--amp"},
+        FlagCase{"resnet", {"--no-such-flag"}, "--no-such-flag"},
+        FlagCase{"resnet", {"--epochs"}, "--epochs needs a value"},
+        FlagCase{"resnet", {"--data", "@ROOT@/nowhere"}, "@ROOT@/nowhere/train-images-idx3-ubyte", 1},
+        // ---- char_lstm ----
+        FlagCase{"char_lstm", {"--steps", "0"}, "--steps: must be at least 1, not 0"},
+        FlagCase{"char_lstm", {"--hidden", "99999999999999999999"}, "--hidden: must be at most 65536"},
+        FlagCase{"char_lstm", {"--layers", "0"}, "--layers"},
+        FlagCase{"char_lstm", {"--batch", "-2"}, "--batch"},
+        FlagCase{"char_lstm", {"--seq-len", "abc"}, "--seq-len"},
+        FlagCase{"char_lstm", {"--lr", "inf"}, "--lr"},
+        FlagCase{"char_lstm", {"--clip", "nan"}, "--clip"},
+        FlagCase{"char_lstm", {"--eval-every", "0"}, "--eval-every"},
+        FlagCase{"char_lstm", {"--eval-batches", "0"}, "--eval-batches"},
+        FlagCase{"char_lstm", {"--sample", "-1"}, "--sample"},
+        FlagCase{"char_lstm", {"--device", "tpu"}, "--device"},
+        FlagCase{"char_lstm", {"--no-such-flag"}, "--no-such-flag"},
+        FlagCase{"char_lstm", {"--hidden"}, "--hidden needs a value"},
+        FlagCase{"char_lstm", {"--data", "@ROOT@/nowhere"}, "@ROOT@/nowhere: no Brown corpus files", 1},
+        // ---- transformer_encoder ----
+        FlagCase{"transformer_encoder", {"--steps", "-1"}, "--steps"},
+        FlagCase{"transformer_encoder", {"--batch-size", "0"}, "--batch-size"},
+        FlagCase{"transformer_encoder", {"--max-len", "5000"}, "--max-len: must be at most 4096"},
+        FlagCase{"transformer_encoder", {"--d-model", "0"}, "--d-model"},
+        FlagCase{"transformer_encoder", {"--heads", "3"}, "--heads 3 must divide --d-model 64"},
+        FlagCase{"transformer_encoder", {"--layers", "abc"}, "--layers"},
+        FlagCase{"transformer_encoder", {"--ff", "-1"}, "--ff"},
+        FlagCase{"transformer_encoder", {"--dropout", "1"}, "--dropout: must be a number from 0 to 0.99, not 1"},
+        FlagCase{"transformer_encoder", {"--dropout", "nan"}, "--dropout"},
+        FlagCase{"transformer_encoder", {"--lr", "-1e-3"}, "--lr"},
+        FlagCase{"transformer_encoder", {"--eval-size", "0"}, "--eval-size"},
+        FlagCase{"transformer_encoder", {"--log-every", "0"}, "--log-every"},
+        FlagCase{"transformer_encoder", {"--device", "tpu"}, "--device"},
+        FlagCase{"transformer_encoder", {"--no-such-flag"}, "--no-such-flag"},
+        FlagCase{"transformer_encoder", {"--steps"}, "--steps needs a value"},
+        // ---- demo_mlp ----
+        FlagCase{"demo_mlp", {"--steps", "0"}, "--steps"},
+        FlagCase{"demo_mlp", {"--batch-size", "0"}, "--batch-size"},
+        // Once 0 batches per pass and a division by zero: SIGFPE.
+        FlagCase{"demo_mlp", {"--batch-size", "100000", "--samples", "10"},
+                 "--batch-size 100000 must be at most --samples 10"},
+        // --lr had no check at all.
+        FlagCase{"demo_mlp", {"--lr", "nan"}, "--lr: must be a finite positive number, not nan"},
+        FlagCase{"demo_mlp", {"--lr", "-1"}, "--lr"},
+        FlagCase{"demo_mlp", {"--hidden", "99999999999999999999"}, "--hidden"},
+        FlagCase{"demo_mlp", {"--samples", "0"}, "--samples"},
+        FlagCase{"demo_mlp", {"--log-every", "-1"}, "--log-every"},
+        FlagCase{"demo_mlp", {"--seed", "-5"}, "--seed"},
+        FlagCase{"demo_mlp", {"--device", "tpu"}, "--device"},
+        FlagCase{"demo_mlp", {"--no-such-flag"}, "--no-such-flag"},
+        FlagCase{"demo_mlp", {"--lr"}, "--lr needs a value"},
+        // ---- gpt-prepare ----
+        FlagCase{"gpt-prepare", {"--shard-size", "0"}, "--shard-size: must be at least 1, not 0"},
+        FlagCase{"gpt-prepare", {"--shard-size", "99999999999999999999"}, "--shard-size"},
+        FlagCase{"gpt-prepare", {"--val-fraction", "nan"}, "--val-fraction: must be a number from 0 to 1, not nan"},
+        FlagCase{"gpt-prepare", {"--val-fraction", "1.5"}, "--val-fraction"},
+        FlagCase{"gpt-prepare", {"--seed", "-1"}, "--seed"},
+        FlagCase{"gpt-prepare", {"--corpus", "pdf"}, "--corpus"},
+        FlagCase{"gpt-prepare", {"--no-such-flag"}, "--no-such-flag"},
+        FlagCase{"gpt-prepare", {"--out"}, "--out needs a value"},
+        FlagCase{"gpt-prepare", {"--gpt2", "@ROOT@/nowhere"}, "@ROOT@/nowhere/encoder.json", 1},
+        FlagCase{"gpt-prepare", {"--name", "a/b"}, "--name a/b must not contain '/'", 1},
+        FlagCase{"gpt-prepare", {"--corpus", "text"}, "--corpus text needs input files", 1}));
