@@ -167,11 +167,21 @@ Tensor index_put_functional(const Tensor& x, const TensorList& list, const Tenso
 }
 
 // The k-th diagonal of a matrix as a strided view.
-Tensor diagonal_view(const Tensor& x, int64_t k) {
-  const int64_t r = x.sizes()[0], c = x.sizes()[1];
+// Diagonal k of dims d1, d2 as a view (no autograd): those dims removed, the diagonal last.
+Tensor diagonal_view(const Tensor& x, int64_t k, int64_t d1 = 0, int64_t d2 = 1) {
+  const int64_t r = x.sizes()[size_t(d1)], c = x.sizes()[size_t(d2)];
+  const int64_t s1 = x.strides()[size_t(d1)], s2 = x.strides()[size_t(d2)];
+  // c - k and r + k cannot overflow (0 <= r, c); -k is taken only when the diagonal is non-empty.
   const int64_t len = std::max<int64_t>(0, k >= 0 ? std::min(r, c - k) : std::min(r + k, c));
-  const int64_t off = len == 0 ? 0 : (k >= 0 ? k * x.strides()[1] : -k * x.strides()[0]);
-  return ember::detail::make_view(x, {len}, {x.strides()[0] + x.strides()[1]}, x.storage_offset() + off);
+  const int64_t off = len == 0 ? 0 : (k >= 0 ? k * s2 : -k * s1);
+  Shape sizes = x.sizes(), strides = x.strides();
+  for (int64_t d : {std::max(d1, d2), std::min(d1, d2)}) {
+    sizes.erase(size_t(d));
+    strides.erase(size_t(d));
+  }
+  sizes.push_back(len);
+  strides.push_back(s1 + s2);
+  return ember::detail::make_view(x, sizes, strides, x.storage_offset() + off);
 }
 
 Tensor diag_backward(const Tensor& g, int64_t k, const Shape& sizes) {
@@ -380,12 +390,28 @@ Tensor einsum(const std::string& equation, const TensorList& tensors) {
       }
       for (int64_t j = 0; j < e; ++j) o.labels.push_back(int(kEllipsisBase + ell - e + j));
     }
+    // A subscript repeated within an operand ("ii->i", "ii->", "bii->bi") takes its diagonal,
+    // which then stands for the subscript once (at the end of the operand's dims).
+    for (size_t d1 = 0; d1 < o.labels.size(); ++d1) {
+      for (size_t d2 = d1 + 1; d2 < o.labels.size();) {
+        if (o.labels[d2] != o.labels[d1]) {
+          ++d2;
+          continue;
+        }
+        const int l = o.labels[d1];
+        EMBER_CHECK(o.t.sizes()[d1] == o.t.sizes()[d2], ShapeError, "[einsum] subscript '", std::string(1, letter_of(l)),
+                    "' repeats in operand ", int64_t(k), " of '", equation, "' over dims of sizes ", o.t.sizes()[d1],
+                    " and ", o.t.sizes()[d2], ": a diagonal needs them equal");
+        o.t = diagonal(o.t, 0, int64_t(d1), int64_t(d2));
+        o.labels.erase(o.labels.begin() + std::ptrdiff_t(d2));
+        o.labels.erase(o.labels.begin() + std::ptrdiff_t(d1));
+        o.labels.push_back(l);
+        d2 = d1 + 1;  // the labels moved: look again from here
+      }
+    }
     for (size_t d = 0; d < o.labels.size(); ++d) {
       const int l = o.labels[d];
-      EMBER_CHECK(std::count(o.labels.begin(), o.labels.end(), l) == 1, NotImplementedError, "[einsum] subscript '",
-                  std::string(1, l < kEllipsisBase ? letter_of(l) : '.'), "' repeats in operand ", int64_t(k),
-                  " of '", equation, "' (a diagonal): not supported; take diag()/diagonal first");
-      const int64_t n = t.sizes()[d];
+      const int64_t n = o.t.sizes()[d];
       int64_t& s = size[size_t(l)];
       EMBER_CHECK(s == -1 || s == n || s == 1 || n == 1, ShapeError, "[einsum] subscript '",
                   std::string(1, l < kEllipsisBase ? letter_of(l) : '.'), "' has size ", n, " in operand ",
@@ -408,10 +434,15 @@ Tensor einsum(const std::string& equation, const TensorList& tensors) {
                   std::string(1, letter_of(l)), "' repeats in '", equation, "'");
       out.push_back(l);
     }
-  } else {  // implicit: the ellipsis dims, then the letters used once, in alphabetical order
+  } else {  // implicit: the ellipsis dims, then the letters written once, in alphabetical order
+    // ("ii" is a trace, as in NumPy and PyTorch: its letter is written twice).
+    std::vector<int> written(size_t(kEllipsisBase), 0);
+    for (const auto& term : terms)
+      for (int l : term)
+        if (l >= 0) ++written[size_t(l)];
     for (int64_t j = 0; j < ell; ++j) out.push_back(int(kEllipsisBase + j));
     for (int l = 0; l < kEllipsisBase; ++l)
-      if (count[size_t(l)] == 1) out.push_back(l);
+      if (written[size_t(l)] == 1) out.push_back(l);
   }
   std::vector<bool> in_out(size.size(), false);
   for (int l : out) in_out[size_t(l)] = true;
@@ -516,6 +547,23 @@ Tensor diag(const Tensor& x, int64_t diagonal) {
   return diag_backward(x, diagonal, {n, n});
 }
 
+Tensor diagonal(const Tensor& x, int64_t offset, int64_t dim1, int64_t dim2) {
+  ember::detail::check_defined("diagonal", x);
+  EMBER_CHECK(x.dim() >= 2, ShapeError, "[diagonal] needs a tensor of at least 2 dims, got shape ", x.sizes());
+  const int64_t d1 = wrap_dim(dim1, x.dim(), "diagonal"), d2 = wrap_dim(dim2, x.dim(), "diagonal");
+  EMBER_CHECK(d1 != d2, ValueError, "[diagonal] dim1 and dim2 are both dim ", d1, ": they must differ");
+  return record("diagonal", diagonal_view(x, offset, d1, d2), {x},
+                [offset, d1, d2, in = x.sizes()](const Tensor& g) -> TensorList {
+                  Tensor z = ember::detail::make_tensor(in, g.dtype(), g.device());
+                  ops::fill_(z, 0);
+                  ops::copy_(diagonal_view(z, offset, d1, d2), g);
+                  // Recorded: the gradient of this scatter is the diagonal of its gradient.
+                  return {record("diagonal_backward", z, {g}, [offset, d1, d2](const Tensor& gg) -> TensorList {
+                    return {diagonal(gg, offset, d1, d2)};
+                  })};
+                });
+}
+
 Tensor outer(const Tensor& a, const Tensor& b) {
   ember::detail::check_defined("outer", a);
   ember::detail::check_defined("outer", b, "second input");
@@ -618,6 +666,9 @@ Tensor Tensor::repeat(const Shape& repeats) const { return ember::repeat(*this, 
 Tensor Tensor::tile(const Shape& dims) const { return ember::tile(*this, dims); }
 TensorList Tensor::unbind(int64_t dim) const { return ember::unbind(*this, dim); }
 Tensor Tensor::diag(int64_t diagonal) const { return ember::diag(*this, diagonal); }
+Tensor Tensor::diagonal(int64_t offset, int64_t dim1, int64_t dim2) const {
+  return ember::diagonal(*this, offset, dim1, dim2);
+}
 Tensor Tensor::logical_not() const { return ember::logical_not(*this); }
 Tensor Tensor::logical_and(const Tensor& o) const { return ember::logical_and(*this, o); }
 Tensor Tensor::logical_or(const Tensor& o) const { return ember::logical_or(*this, o); }

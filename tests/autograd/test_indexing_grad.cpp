@@ -106,4 +106,18 @@ TEST(IndexingGrad, MaskedSelectDiagEinsumAndShapes) {
   Tensor explicit_ = matmul(matmul(a, b), c.unsqueeze(1)).squeeze(-1);
   EXPECT_TRUE(test::all_close(e, explicit_, 1e-12, 1e-12));
   EXPECT_TRUE(test::all_close(einsum("bij,bij->b", {a, a}), (a * a).sum({1, 2}), 1e-12, 1e-12));
+  // Diagonals: torch.diagonal's view and einsum's repeated subscripts (and their double backward).
+  Tensor sq = leaf({3, 3}), cube = leaf({3, 4, 3});
+  EXPECT_TRUE(gradcheck([&](const TensorList& in) { return diagonal(in[0], 1, 2, 0); }, {cube}));
+  EXPECT_TRUE(gradcheck([&](const TensorList& in) { return in[0].diagonal(-1); }, {sq}));
+  EXPECT_TRUE(gradcheck([&](const TensorList& in) { return einsum("ii->", {in[0]}); }, {sq}));
+  EXPECT_TRUE(gradcheck([&](const TensorList& in) { return einsum("iji,j->i", {in[0], in[1]}); }, {cube, leaf({4})}));
+  // Second order: the diagonal's backward is itself recorded.
+  EXPECT_TRUE(gradcheck(
+      [&](const TensorList& in) {
+        AutoGradMode enable(true);  // gradcheck evaluates finite differences under NoGradGuard
+        Tensor y = (diagonal(in[0] * in[0], 0, 0, 2) * in[1]).sum();
+        return autograd::grad({y}, {in[0]}, {}, false, true)[0];
+      },
+      {cube, leaf({4, 3})}));
 }

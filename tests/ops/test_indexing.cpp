@@ -162,6 +162,28 @@ TEST(Indexing, EinsumMatchesPyTorch) {
   EXPECT_TRUE(all_close(einsum("ba", {m}), fx("einsum.transpose_implicit"), 0, 0));
   EXPECT_TRUE(all_close(einsum("i, ij, jk -> k", {u, m, n}), fx("einsum.three"), tol, tol));
   EXPECT_TRUE(all_close(einsum("bij,bij->b", {a, a}), fx("einsum.batch_diag_free"), tol, tol));
+  // A subscript repeated within an operand: diagonals and traces.
+  Tensor sq = in("sq");
+  EXPECT_TRUE(all_close(einsum("ii->i", {sq}), fx("einsum.diag"), 0, 0));
+  EXPECT_TRUE(all_close(einsum("ii->", {sq}), fx("einsum.trace"), tol, tol));
+  EXPECT_TRUE(all_close(einsum("ii", {sq}), fx("einsum.trace_implicit"), tol, tol));
+  EXPECT_TRUE(all_close(einsum("bii->bi", {in("bsq")}), fx("einsum.batch_diag"), 0, 0));
+  EXPECT_TRUE(all_close(einsum("ii,i->i", {sq, in("w4")}), fx("einsum.diag_times"), tol, tol));
+  EXPECT_TRUE(all_close(einsum("iii->i", {in("cube")}), fx("einsum.cube_diag"), 0, 0));
+  EXPECT_TRUE(all_close(einsum("iij->j", {in("iij")}), fx("einsum.iij"), tol, tol));
+  EXPECT_TRUE(all_close(einsum("ij,jj->i", {sq, sq}), fx("einsum.ji_ii"), tol, tol));
+  EXPECT_NE(test::message_of<ShapeError>([&] { einsum("ii->i", {m}); }).find("sizes 4 and 5: a diagonal needs them equal"),
+            std::string::npos);
+  // torch.diagonal: a view (writes reach the base), the diagonal last.
+  Tensor x = fx("diagonal.x");
+  EXPECT_TRUE(all_close(diagonal(x, 1, 0, 2), fx("diagonal.o1_d0_d2"), 0, 0));
+  EXPECT_TRUE(all_close(x.diagonal(-1, 2, 0), fx("diagonal.om1_d2_d0"), 0, 0));
+  EXPECT_EQ(diagonal(x, 9).sizes(), Shape({5, 0}));
+  Tensor base = zeros({3, 3});
+  base.diagonal().fill_(1);
+  EXPECT_TRUE(all_close(base, eye(3), 0, 0));
+  EXPECT_THROW(diagonal(x, 0, 1, -2), ValueError);
+  EXPECT_THROW(diagonal(zeros({3}), 0), ShapeError);
 }
 
 // ---- small tensor ops ----
@@ -201,6 +223,25 @@ TEST(Indexing, RepeatTileOneHotDiagMeshgrid) {
 }
 
 // ---- operators and conversions ----
+
+// Python's `q, k, v = x.chunk(3, -1)`: structured bindings over a count known when compiling.
+TEST(Indexing, StructuredBindingsOverChunkSplitUnbind) {
+  const Tensor x = arange(24).to(DType::f64).reshape({2, 12});
+  auto [q, k, v] = x.chunk<3>(-1);
+  EXPECT_TRUE(all_close(k, x.narrow(1, 4, 4), 0, 0));
+  EXPECT_TRUE(all_close(v, x.narrow(1, 8, 4), 0, 0));
+  auto [r0, r1] = x.unbind<2>(0);
+  EXPECT_TRUE(all_close(r1, x.select(0, 1), 0, 0));
+  auto [a, b] = x.split<2>({5, 7}, 1);
+  EXPECT_TRUE(all_close(b, x.narrow(1, 5, 7), 0, 0));
+  auto [c, d, e] = x.split<3>(5, 1);  // 5, 5, 2
+  EXPECT_TRUE(all_close(e, x.narrow(1, 10, 2), 0, 0));
+  // PyTorch's chunk gives 2 pieces for 4 rows in 3 chunks: an error, not an undefined third.
+  EXPECT_EQ(test::message_of<ShapeError>([] { zeros({4}).chunk<3>(); }),
+            "[chunk] gives 2 tensors here, not the 3 being unpacked");
+  EXPECT_THROW(x.unbind<3>(0), ShapeError);
+  EXPECT_THROW(x.split<2>(5, 1), ShapeError);
+}
 
 TEST(Indexing, ComparisonLogicAndBitwiseOperators) {
   Tensor a = tensor<double>({-1, 0, 2, 3}), b = tensor<double>({-1, 1, 2, 0});
@@ -301,7 +342,7 @@ TEST(Indexing, ErrorsNameTheOp) {
   EXPECT_TRUE(test::message_of<ShapeError>([&] { bmm(zeros({2, 3}), zeros({3, 2})); }).starts_with("[bmm] expects 3-D"));
   EXPECT_TRUE(test::message_of<ValueError>([&] { one_hot(ilist({-1, 2})); }).starts_with("[one_hot] class values"));
   EXPECT_TRUE(test::message_of<ValueError>([&] { one_hot(ilist({1, 4}), 3); }).starts_with("[one_hot] class value 4"));
-  EXPECT_TRUE(test::message_of<NotImplementedError>([&] { einsum("ii->i", {zeros({2, 2})}); }).starts_with("[einsum]"));
+  EXPECT_TRUE(test::message_of<ShapeError>([&] { einsum("ii->i", {zeros({2, 3})}); }).starts_with("[einsum]"));
   EXPECT_TRUE(test::message_of<ValueError>([&] { einsum("ij,jk", {zeros({2, 2})}); }).starts_with("[einsum]"));
   EXPECT_TRUE(test::message_of<ShapeError>([&] { einsum("ij,jk", {zeros({2, 3}), zeros({2, 2})}); }).starts_with("[einsum]"));
   EXPECT_TRUE(test::message_of<ShapeError>([&] { x.repeat({2}); }).starts_with("[repeat]"));

@@ -261,7 +261,7 @@ Tensor nonzero(const Tensor& x);
 // The elements of x where mask (bool, broadcast with x) is true, as a 1-D tensor.
 Tensor masked_select(const Tensor& x, const Tensor& mask);
 // einsum("bij,bjk->bik", {a, b}); implicit output, '...' and broadcasting supported; a
-// subscript repeated within one operand (a diagonal) throws NotImplementedError.
+// subscript repeated within one operand takes a diagonal ("ii->i", "ii->" the trace).
 Tensor einsum(const std::string& equation, const TensorList& tensors);
 Tensor bmm(const Tensor& a, const Tensor& b);  // strictly [B, n, m] x [B, m, p]
 // [..., num_classes] i64; num_classes = -1 infers max + 1 (a host synchronization on CUDA).
@@ -271,6 +271,9 @@ Tensor tile(const Tensor& x, const Shape& dims);
 TensorList unbind(const Tensor& x, int64_t dim = 0);
 // 1-D -> the 2-D matrix with x on diagonal `diagonal`; 2-D -> a copy of that diagonal.
 Tensor diag(const Tensor& x, int64_t diagonal = 0);
+// torch.diagonal: a view of diagonal `offset` of dims dim1, dim2, which it removes, appending
+// the diagonal as the last dim.
+Tensor diagonal(const Tensor& x, int64_t offset = 0, int64_t dim1 = 0, int64_t dim2 = 1);
 Tensor outer(const Tensor& a, const Tensor& b);
 TensorList meshgrid(const TensorList& tensors, const std::string& indexing = "ij");
 // Logic (bool results, nonzero is true) and bitwise ops (integer and bool tensors).

@@ -10,6 +10,7 @@
 // raw storage, and ops/ builds views with detail::make_view.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -46,6 +47,9 @@ namespace detail {
 [[noreturn]] void throw_undefined_tensor(const char* method);
 // Reading a tensor whose storage memory is released (Note [released storage]).
 [[noreturn]] void throw_released_storage();
+// The pieces of a split as a fixed-size array, for structured bindings (Tensor::chunk<N>).
+template <size_t N>
+std::array<Tensor, N> unpack(TensorList pieces, const char* op);
 
 // Note [op scope]: ember has no dispatcher, and an op often reads its arguments (sizes() in a
 // VJP capture, dtype() for a scalar operand) before any check of its own, so the accessor that
@@ -306,6 +310,19 @@ class Tensor {
   TensorList split(int64_t split_size, int64_t dim = 0) const;
   TensorList split(const std::vector<int64_t>& sizes, int64_t dim = 0) const;
   TensorList chunk(int64_t chunks, int64_t dim = 0) const;
+  // Python's unpacking, `q, k, v = qkv.chunk(3, -1)`, as structured bindings over a count known
+  // when compiling: `auto [q, k, v] = qkv.chunk<3>(-1)`. A ShapeError when the op gives another
+  // count (chunk, like PyTorch's, may give fewer pieces than asked: 4 rows in 3 chunks are 2).
+  template <size_t N>
+  std::array<Tensor, N> chunk(int64_t dim = 0) const { return detail::unpack<N>(chunk(int64_t(N), dim), "chunk"); }
+  template <size_t N>
+  std::array<Tensor, N> split(int64_t split_size, int64_t dim = 0) const {
+    return detail::unpack<N>(split(split_size, dim), "split");
+  }
+  template <size_t N>
+  std::array<Tensor, N> split(const std::vector<int64_t>& sizes, int64_t dim = 0) const {
+    return detail::unpack<N>(split(sizes, dim), "split");
+  }
 
   // ---- indexing, tensor ops and conversions (autograd/; ember/indexing.h) ----
   // x.index({0, Slice(1, None, 2), None, Ellipsis, mask}): PyTorch's x[0, 1::2, None, ..., mask].
@@ -332,7 +349,10 @@ class Tensor {
   Tensor repeat(const Shape& repeats) const;
   Tensor tile(const Shape& dims) const;
   TensorList unbind(int64_t dim = 0) const;
+  template <size_t N>
+  std::array<Tensor, N> unbind(int64_t dim = 0) const { return detail::unpack<N>(unbind(dim), "unbind"); }
   Tensor diag(int64_t diagonal = 0) const;
+  Tensor diagonal(int64_t offset = 0, int64_t dim1 = 0, int64_t dim2 = 1) const;
   Tensor logical_not() const;
   Tensor logical_and(const Tensor& o) const;
   Tensor logical_or(const Tensor& o) const;
@@ -512,6 +532,15 @@ bool has_internal_overlap(const Tensor& t);
 // Throws ValueError naming `op` when `t` (an op's output) has internal overlap, as PyTorch
 // does ("clone() it first").
 void check_no_internal_overlap(const char* op, const Tensor& t);
+
+template <size_t N>
+std::array<Tensor, N> unpack(TensorList pieces, const char* op) {
+  EMBER_CHECK(pieces.size() == N, ShapeError, "[", op, "] gives ", pieces.size(), " tensors here, not the ", N,
+              " being unpacked");
+  std::array<Tensor, N> out;
+  for (size_t i = 0; i < N; ++i) out[i] = std::move(pieces[i]);
+  return out;
+}
 }  // namespace detail
 
 }  // namespace ember
