@@ -44,10 +44,10 @@ struct AdamConsts {
 };
 
 // The flags are template parameters so the loop body has no branches and vectorizes
-// (with -fno-math-errno, sqrt becomes one vector instruction).
-template <bool Decoupled, bool L2, bool Maximize, class P, class S, class C>
+// (with -fno-math-errno, sqrt becomes one vector instruction). vmax is null without amsgrad.
+template <bool Decoupled, bool L2, bool Maximize, bool AMSGrad, class P, class S, class C>
 void adam_range(P* __restrict p, const P* __restrict g, S* __restrict m, S* __restrict v,
-                int64_t n, const AdamConsts<C>& k, C neg_step_size, C bias_corr2_sqrt) {
+                S* __restrict vmax, int64_t n, const AdamConsts<C>& k, C neg_step_size, C bias_corr2_sqrt) {
   const C beta1 = k.beta1, beta2 = k.beta2, omb1 = k.one_minus_beta1, omb2 = k.one_minus_beta2;
   const C eps = k.eps, wd = k.weight_decay, decay = k.decay;
   for (int64_t j = 0; j < n; ++j) {
@@ -60,16 +60,22 @@ void adam_range(P* __restrict p, const P* __restrict g, S* __restrict m, S* __re
     const C vj = C(v[j]) * beta2 + omb2 * grad * grad;
     m[j] = S(mj);
     v[j] = S(vj);
-    const C denom = std::sqrt(vj) / bias_corr2_sqrt + eps;
+    C v_used = vj;
+    if constexpr (AMSGrad) {
+      v_used = torch_maximum(C(vmax[j]), vj);
+      vmax[j] = S(v_used);
+    }
+    const C denom = std::sqrt(v_used) / bias_corr2_sqrt + eps;
     p[j] = P(param + neg_step_size * mj / denom);
   }
 }
 
 template <class P, class S, class C>
-void adam_range(P* p, const P* g, S* m, S* v, int64_t n, const AdamConsts<C>& k,
+void adam_range(P* p, const P* g, S* m, S* v, S* vmax, int64_t n, const AdamConsts<C>& k,
                 C neg_step_size, C bias_corr2_sqrt) {
   auto run = [&]<bool D, bool L, bool M>() {
-    adam_range<D, L, M, P, S, C>(p, g, m, v, n, k, neg_step_size, bias_corr2_sqrt);
+    if (vmax != nullptr) adam_range<D, L, M, true, P, S, C>(p, g, m, v, vmax, n, k, neg_step_size, bias_corr2_sqrt);
+    else adam_range<D, L, M, false, P, S, C>(p, g, m, v, vmax, n, k, neg_step_size, bias_corr2_sqrt);
   };
   const int flags = (k.decoupled ? 4 : 0) | (k.l2 ? 2 : 0) | (k.maximize ? 1 : 0);
   switch (flags) {
@@ -110,8 +116,8 @@ void sgd_range(P* __restrict p, const P* __restrict g, S* __restrict buf, bool f
 }  // namespace
 
 void adam_step_kernel(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
-                      const TensorList& exp_avg_sqs, const std::vector<AdamTensorScalars>& scalars,
-                      const AdamStepParams& hp) {
+                      const TensorList& exp_avg_sqs, const TensorList& max_exp_avg_sqs,
+                      const std::vector<AdamTensorScalars>& scalars, const AdamStepParams& hp) {
   int64_t total = 0;
   const std::vector<WorkItem> work = make_work(params, kChunk, total);
   for_each_chunk(work, total, [&](const WorkItem& w) {
@@ -127,7 +133,9 @@ void adam_step_kernel(const TensorList& params, const TensorList& grads, const T
       adam_range<P, S, C>(static_cast<P*>(params[i].data_ptr()) + w.begin,
                           static_cast<const P*>(grads[i].data_ptr()) + w.begin,
                           static_cast<S*>(exp_avgs[i].data_ptr()) + w.begin,
-                          static_cast<S*>(exp_avg_sqs[i].data_ptr()) + w.begin, w.end - w.begin, k,
+                          static_cast<S*>(exp_avg_sqs[i].data_ptr()) + w.begin,
+                          hp.amsgrad ? static_cast<S*>(max_exp_avg_sqs[i].data_ptr()) + w.begin : nullptr,
+                          w.end - w.begin, k,
                           C(-scalars[i].step_size), C(scalars[i].bias_corr2_sqrt));
     });
   });
@@ -135,7 +143,7 @@ void adam_step_kernel(const TensorList& params, const TensorList& grads, const T
 
 void adam_step_scheduled_kernel(const TensorList& params, const TensorList& grads,
                                 const TensorList& exp_avgs, const TensorList& exp_avg_sqs,
-                                const Tensor& lr, const Tensor& steps,
+                                const TensorList& max_exp_avg_sqs, const Tensor& lr, const Tensor& steps,
                                 const std::vector<size_t>& step_index, const Tensor& found_inf,
                                 const AdamStepParams& hp) {
   if (found_inf.defined() && *static_cast<const float*>(found_inf.data_ptr()) != 0) return;
@@ -146,7 +154,7 @@ void adam_step_scheduled_kernel(const TensorList& params, const TensorList& grad
   scalars.reserve(params.size());
   for (size_t k = 0; k < params.size(); ++k)
     scalars.push_back(adam_tensor_scalars(now.lr, counts[step_index[k]] + 1, hp.beta1, hp.beta2));
-  if (!params.empty()) adam_step_kernel(params, grads, exp_avgs, exp_avg_sqs, scalars, now);
+  if (!params.empty()) adam_step_kernel(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, scalars, now);
   for (int64_t i = 0; i < steps.numel(); ++i) counts[i] += 1;
 }
 

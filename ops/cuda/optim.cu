@@ -53,8 +53,9 @@ struct DeviceSchedule {
   double beta1 = 0, beta2 = 0, weight_decay = 0;
 };
 
+// Table operands: p, g, m, v and vmax (null without amsgrad).
 template <class P, class S, class C>
-__global__ void adam_multi_tensor_kernel(const __grid_constant__ TensorTable<4> t,
+__global__ void adam_multi_tensor_kernel(const __grid_constant__ TensorTable<5> t,
                                          const AdamConsts<C> k, const DeviceSchedule sched) {
   const int64_t block = blockIdx.x;
   const int i = tensor_of_block(t, block);
@@ -64,6 +65,7 @@ __global__ void adam_multi_tensor_kernel(const __grid_constant__ TensorTable<4> 
   const P* g = static_cast<const P*>(t.ptr[1][i]);
   S* m = static_cast<S*>(t.ptr[2][i]);
   S* v = static_cast<S*>(t.ptr[3][i]);
+  S* vmax = static_cast<S*>(t.ptr[4][i]);
   C neg_step_size = C(-t.a[i]), bias_corr2_sqrt = C(t.b[i]), decay = k.decay;
   if (sched.lr != nullptr) {
     if (sched.found_inf != nullptr && *sched.found_inf != 0.0f) return;
@@ -84,7 +86,12 @@ __global__ void adam_multi_tensor_kernel(const __grid_constant__ TensorTable<4> 
     const C vj = C(v[j]) * k.beta2 + k.one_minus_beta2 * grad * grad;
     m[j] = S(mj);
     v[j] = S(vj);
-    const C denom = device_sqrt(vj) / bias_corr2_sqrt + k.eps;
+    C v_used = vj;
+    if (vmax != nullptr) {
+      v_used = torch_maximum(C(vmax[j]), vj);
+      vmax[j] = S(v_used);
+    }
+    const C denom = device_sqrt(v_used) / bias_corr2_sqrt + k.eps;
     p[j] = P(param + neg_step_size * mj / denom);
   }
 }
@@ -132,7 +139,8 @@ __global__ void sgd_multi_tensor_kernel(const __grid_constant__ TensorTable<3> t
 // (a, b) table entries: the host scalars, or with a schedule the index into its steps.
 template <class RowScalars>
 void launch_adam(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
-                 const TensorList& exp_avg_sqs, const AdamStepParams& hp, const DeviceSchedule& sched,
+                 const TensorList& exp_avg_sqs, const TensorList& max_exp_avg_sqs, const AdamStepParams& hp,
+                 const DeviceSchedule& sched,
                  RowScalars row_scalars, cudaStream_t stream) {
   for (const auto& [dtype, idx] : group_by_dtype(params)) {
     visit_floating(dtype, [&](auto tag) {
@@ -143,18 +151,19 @@ void launch_adam(const TensorList& params, const TensorList& grads, const Tensor
                             C(hp.weight_decay), C(1 - hp.lr * hp.weight_decay),
                             !hp.decoupled_weight_decay && hp.weight_decay != 0,
                             hp.decoupled_weight_decay, hp.maximize};
-      launch_tables<4>(
+      launch_tables<5>(
           params, idx,
-          [&](TensorTable<4>& t, int row, size_t i) {
+          [&](TensorTable<5>& t, int row, size_t i) {
             t.ptr[0][row] = params[i].data_ptr();
             t.ptr[1][row] = grads[i].data_ptr();
             t.ptr[2][row] = exp_avgs[i].data_ptr();
             t.ptr[3][row] = exp_avg_sqs[i].data_ptr();
+            t.ptr[4][row] = hp.amsgrad ? max_exp_avg_sqs[i].data_ptr() : nullptr;
             const std::pair<double, double> ab = row_scalars(i);
             t.a[row] = ab.first;
             t.b[row] = ab.second;
           },
-          [&](const TensorTable<4>& t, int64_t blocks) {
+          [&](const TensorTable<5>& t, int64_t blocks) {
             ::ember::cuda::launch_kernel(adam_multi_tensor_kernel<P, S, C>, unsigned(blocks), kThreads, 0, stream,
                 t, k, sched);
             EMBER_CUDA_CHECK_LAUNCH();
@@ -166,18 +175,18 @@ void launch_adam(const TensorList& params, const TensorList& grads, const Tensor
 }  // namespace
 
 void adam_step_kernel(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
-                      const TensorList& exp_avg_sqs, const std::vector<AdamTensorScalars>& scalars,
-                      const AdamStepParams& hp) {
+                      const TensorList& exp_avg_sqs, const TensorList& max_exp_avg_sqs,
+                      const std::vector<AdamTensorScalars>& scalars, const AdamStepParams& hp) {
   const auto on = ember::cuda::detail::on_device(params[0].device().index);
   cudaStream_t stream = on.stream;
-  launch_adam(params, grads, exp_avgs, exp_avg_sqs, hp, DeviceSchedule{},
+  launch_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp, DeviceSchedule{},
               [&](size_t i) { return std::make_pair(scalars[i].step_size, scalars[i].bias_corr2_sqrt); },
               stream);
 }
 
 void adam_step_scheduled_kernel(const TensorList& params, const TensorList& grads,
                                 const TensorList& exp_avgs, const TensorList& exp_avg_sqs,
-                                const Tensor& lr, const Tensor& steps,
+                                const TensorList& max_exp_avg_sqs, const Tensor& lr, const Tensor& steps,
                                 const std::vector<size_t>& step_index, const Tensor& found_inf,
                                 const AdamStepParams& hp) {
   const auto on = ember::cuda::detail::on_device(steps.device().index);
@@ -189,7 +198,7 @@ void adam_step_scheduled_kernel(const TensorList& params, const TensorList& grad
   sched.beta1 = hp.beta1;
   sched.beta2 = hp.beta2;
   sched.weight_decay = hp.weight_decay;
-  launch_adam(params, grads, exp_avgs, exp_avg_sqs, hp, sched,
+  launch_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hp, sched,
               [&](size_t i) { return std::make_pair(double(step_index[i]), 0.0); }, stream);
   const int64_t n = steps.numel();
   ::ember::cuda::launch_kernel(advance_steps_kernel, unsigned((n + kThreads - 1) / kThreads), kThreads, 0, stream,

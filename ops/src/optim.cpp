@@ -76,13 +76,29 @@ void finish(const TensorList& params, const Prepared& prep) {
 
 }  // namespace
 
+namespace {
+// The state lists of an Adam step: m, v and, with amsgrad, vmax (given exactly then).
+std::vector<const TensorList*> adam_states(const char* op, const TensorList& exp_avgs,
+                                           const TensorList& exp_avg_sqs, const TensorList& max_exp_avg_sqs,
+                                           const AdamStepParams& p) {
+  EMBER_CHECK(p.amsgrad || max_exp_avg_sqs.empty(), ValueError, "[", op,
+              "] max_exp_avg_sqs given but amsgrad is off");
+  if (!p.amsgrad) return {&exp_avgs, &exp_avg_sqs};
+  return {&exp_avgs, &exp_avg_sqs, &max_exp_avg_sqs};
+}
+const TensorList& adam_vmax(const Prepared& prep) {
+  static const TensorList none;
+  return prep.states.size() > 2 ? prep.states[2] : none;
+}
+}  // namespace
+
 void adam_step_(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
                 const TensorList& exp_avg_sqs, const std::vector<int64_t>& steps,
-                const AdamStepParams& p) {
+                const AdamStepParams& p, const TensorList& max_exp_avg_sqs) {
   const char* op = p.decoupled_weight_decay ? "adamw_step" : "adam_step";
   EMBER_CHECK(steps.size() == params.size(), ValueError, "[", op, "] got ", params.size(),
               " parameters but ", steps.size(), " step counts");
-  Prepared prep = prepare(op, params, grads, {&exp_avgs, &exp_avg_sqs});
+  Prepared prep = prepare(op, params, grads, adam_states(op, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, p));
   if (prep.params.empty()) return;
   std::vector<AdamTensorScalars> scalars;
   scalars.reserve(prep.params.size());
@@ -91,7 +107,7 @@ void adam_step_(const TensorList& params, const TensorList& grads, const TensorL
     scalars.push_back(adam_tensor_scalars(p.lr, double(steps[i]), p.beta1, p.beta2));
   }
   EMBER_DISPATCH_KERNEL(prep.params[0].device(), adam_step_kernel, prep.params, prep.grads,
-                        prep.states[0], prep.states[1], scalars, p);
+                        prep.states[0], prep.states[1], adam_vmax(prep), scalars, p);
   finish(params, prep);
 }
 
@@ -107,7 +123,7 @@ void adam_step_(const TensorList& params, const TensorList& grads, const TensorL
 void adam_step_scheduled_(const TensorList& params, const TensorList& grads,
                           const TensorList& exp_avgs, const TensorList& exp_avg_sqs,
                           const Tensor& lr, const Tensor& steps, const Tensor& found_inf,
-                          const AdamStepParams& p) {
+                          const AdamStepParams& p, const TensorList& max_exp_avg_sqs) {
   const char* op = p.decoupled_weight_decay ? "adamw_step" : "adam_step";
   EMBER_CHECK(!params.empty(), ValueError, "[", op, "] no parameters");
   const Device device = params[0].device();
@@ -121,11 +137,11 @@ void adam_step_scheduled_(const TensorList& params, const TensorList& grads,
   check_scalar_tensor(lr, "lr", DType::f64, 1);
   check_scalar_tensor(steps, "steps", DType::f64, int64_t(params.size()));
   if (found_inf.defined()) check_scalar_tensor(found_inf, "found_inf", DType::f32, 1);
-  Prepared prep = prepare(op, params, grads, {&exp_avgs, &exp_avg_sqs});
+  Prepared prep = prepare(op, params, grads, adam_states(op, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, p));
   // Every step count advances (even of an empty parameter), so the kernel runs even when no
   // parameter has elements; the drivers handle an empty list.
   EMBER_DISPATCH_KERNEL(device, adam_step_scheduled_kernel, prep.params, prep.grads, prep.states[0],
-                        prep.states[1], lr, steps, prep.index, found_inf, p);
+                        prep.states[1], adam_vmax(prep), lr, steps, prep.index, found_inf, p);
   finish(params, prep);
   steps.bump_version();
 }

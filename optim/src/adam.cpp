@@ -38,12 +38,22 @@ std::vector<std::vector<Tensor>> group_params(const std::vector<ParamGroup<Optio
 
 constexpr const char* adam_name(bool decoupled) { return decoupled ? "AdamW" : "Adam"; }
 
+// A parameter's m, v and (amsgrad) vmax, created as zeros at its first step; zeros at step 0
+// are exactly a fresh state. vmax also starts at zeros when amsgrad is switched on later or a
+// state dict without it was loaded (PyTorch would fail on the missing key).
+void ensure_adam_state(std::vector<Tensor>& buffers, const Tensor& p, bool amsgrad) {
+  const TensorOptions opts = TensorOptions(ops::optim_state_dtype(p.dtype())).device(p.device());
+  if (buffers.empty()) buffers = {zeros(p.sizes(), opts), zeros(p.sizes(), opts), Tensor()};
+  if (amsgrad && !buffers[2].defined()) buffers[2] = zeros(p.sizes(), opts);
+}
+
 }  // namespace
 
 template <class Options, bool Decoupled>
 AdamBase<Options, Decoupled>::AdamBase(std::vector<Group> groups)
     : Optimizer(adam_name(Decoupled), group_params(groups, adam_name(Decoupled)),
-                {"exp_avg", "exp_avg_sq"}, true) {
+                {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}, true) {
+  set_optional_state({"max_exp_avg_sq"});  // amsgrad's; a group without it keeps none
   for (const auto& g : groups) options_.push_back(g.options);
   device_lr_.resize(options_.size());
   device_steps_.resize(options_.size());
@@ -91,7 +101,7 @@ void AdamBase<Options, Decoupled>::capturable_update(size_t g, const Tensor& fou
   const Options& o = options_[g];
   const auto& group = params(g);
   if (group.empty()) return;
-  TensorList ps, gs, ms, vs;
+  TensorList ps, gs, ms, vs, vmaxs;
   std::vector<std::pair<Tensor, Tensor>> masters;
   for (size_t k = 0; k < group.size(); ++k) {
     const Tensor& p = group[k];
@@ -99,16 +109,14 @@ void AdamBase<Options, Decoupled>::capturable_update(size_t g, const Tensor& fou
                 " has no gradient: a capturable optimizer updates every parameter of its groups at every "
                 "step (leave a frozen parameter out of the optimizer, or use capturable = false)");
     ParamState& s = param_state(param_number(g, k));
-    if (s.buffers.empty()) {
-      const TensorOptions opts = TensorOptions(ops::optim_state_dtype(p.dtype())).device(p.device());
-      s.buffers = {zeros(p.sizes(), opts), zeros(p.sizes(), opts)};
-    }
+    ensure_adam_state(s.buffers, p, o.amsgrad);
     const Tensor target = update_target(param_number(g, k), p, o.master_weights);
     if (!target.is_same(p)) masters.emplace_back(p, target);
     ps.push_back(target);
     gs.push_back(p.grad());
     ms.push_back(s.buffers[0]);
     vs.push_back(s.buffers[1]);
+    if (o.amsgrad) vmaxs.push_back(s.buffers[2]);
   }
   if (!device_steps_[g].defined()) {
     // From here on the counts live on the device, starting from the host's (a state dict
@@ -124,7 +132,8 @@ void AdamBase<Options, Decoupled>::capturable_update(size_t g, const Tensor& fou
   ops::adam_step_scheduled_(ps, gs, ms, vs, device_lr_[g], device_steps_[g], found_inf,
                             {.lr = o.lr, .beta1 = o.betas[0], .beta2 = o.betas[1], .eps = o.eps,
                              .weight_decay = o.weight_decay, .decoupled_weight_decay = Decoupled,
-                             .maximize = o.maximize});
+                             .maximize = o.maximize, .amsgrad = o.amsgrad},
+                            vmaxs);
   write_back_masters(masters);
 }
 
@@ -142,7 +151,7 @@ void AdamBase<Options, Decoupled>::update(const Tensor& found_inf) {
       continue;
     }
     const Options& o = options_[g];
-    TensorList ps, gs, ms, vs;
+    TensorList ps, gs, ms, vs, vmaxs;
     std::vector<int64_t> steps;
     std::vector<size_t> ids;
     std::vector<std::pair<Tensor, Tensor>> masters;  // (16-bit parameter, its f32 master)
@@ -151,18 +160,15 @@ void AdamBase<Options, Decoupled>::update(const Tensor& found_inf) {
       const Tensor& p = group[k];
       if (!p.grad().defined()) continue;
       ParamState& s = param_state(param_number(g, k));
-      if (s.buffers.empty()) {
-        // Zeros at step 0 are exactly a fresh state, so creating them early is harmless.
-        const TensorOptions opts = TensorOptions(ops::optim_state_dtype(p.dtype())).device(p.device());
-        s.buffers = {zeros(p.sizes(), opts), zeros(p.sizes(), opts)};
-        s.step = 0;
-      }
+      if (s.buffers.empty()) s.step = 0;
+      ensure_adam_state(s.buffers, p, o.amsgrad);
       const Tensor target = update_target(param_number(g, k), p, o.master_weights);
       if (!target.is_same(p)) masters.emplace_back(p, target);
       ps.push_back(target);
       gs.push_back(p.grad());  // cast to the target's dtype (f32 for a master) by the op
       ms.push_back(s.buffers[0]);
       vs.push_back(s.buffers[1]);
+      if (o.amsgrad) vmaxs.push_back(s.buffers[2]);
       steps.push_back(s.step + 1);
       ids.push_back(param_number(g, k));
     }
@@ -170,7 +176,8 @@ void AdamBase<Options, Decoupled>::update(const Tensor& found_inf) {
     ops::adam_step_(ps, gs, ms, vs, steps,
                     {.lr = o.lr, .beta1 = o.betas[0], .beta2 = o.betas[1], .eps = o.eps,
                      .weight_decay = o.weight_decay, .decoupled_weight_decay = Decoupled,
-                     .maximize = o.maximize});
+                     .maximize = o.maximize, .amsgrad = o.amsgrad},
+                    vmaxs);
     write_back_masters(masters);
     for (size_t i : ids) ++param_state(i).step;
   }
@@ -183,6 +190,7 @@ void AdamBase<Options, Decoupled>::save_group_options(size_t group, StateDict& o
   out.set(prefix + "betas", tensor(std::vector<double>{o.betas[0], o.betas[1]}, Shape{2}));
   out.set_scalar(prefix + "eps", o.eps);
   out.set_scalar(prefix + "weight_decay", o.weight_decay);
+  out.set_scalar(prefix + "amsgrad", o.amsgrad ? 1 : 0);
   out.set_scalar(prefix + "maximize", o.maximize ? 1 : 0);
   out.set_scalar(prefix + "master_weights", o.master_weights ? 1 : 0);
 }
@@ -202,6 +210,7 @@ void AdamBase<Options, Decoupled>::load_group_options(size_t group, const StateD
   o.maximize = load_option(name(), in, prefix + "maximize") != 0;
   // Optional: state dicts written before the option existed lack it.
   if (const Tensor* t = in.find(prefix + "master_weights")) o.master_weights = t->item<double>() != 0;
+  if (const Tensor* t = in.find(prefix + "amsgrad")) o.amsgrad = t->item<double>() != 0;
   validate(o, adam_name(Decoupled), ".load_state_dict");
   options_[group] = o;
 }

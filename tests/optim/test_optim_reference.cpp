@@ -42,16 +42,16 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const std::string& name,
     std::vector<optim::Adam::Group> gs;
     for (int g = 0; g < groups; ++g) {
       const auto h = fx(name + ".hp" + std::to_string(g)).values;
-      gs.push_back({members[size_t(g)], {.lr = h[0], .betas = {h[1], h[2]}, .eps = h[3],
-                                         .weight_decay = h[4], .maximize = h[5] != 0}});
+      gs.push_back({members[size_t(g)], {.lr = h[0], .betas = {h[1], h[2]}, .eps = h[3], .weight_decay = h[4],
+                                         .amsgrad = h.size() > 6 && h[6] != 0, .maximize = h[5] != 0}});
     }
     return std::make_unique<optim::Adam>(gs);
   }
   std::vector<optim::AdamW::Group> gs;
   for (int g = 0; g < groups; ++g) {
     const auto h = fx(name + ".hp" + std::to_string(g)).values;
-    gs.push_back({members[size_t(g)], {.lr = h[0], .betas = {h[1], h[2]}, .eps = h[3],
-                                       .weight_decay = h[4], .maximize = h[5] != 0}});
+    gs.push_back({members[size_t(g)], {.lr = h[0], .betas = {h[1], h[2]}, .eps = h[3], .weight_decay = h[4],
+                                       .amsgrad = h.size() > 6 && h[6] != 0, .maximize = h[5] != 0}});
   }
   return std::make_unique<optim::AdamW>(gs);
 }
@@ -94,7 +94,7 @@ class OptimReference : public ::testing::TestWithParam<Device> {
 const char* kCases[] = {"sgd_plain",     "sgd_momentum",  "sgd_dampening_wd", "sgd_nesterov_maximize",
                         "sgd_skip",      "adam_default",  "adam_l2",          "adam_maximize",
                         "adamw_default", "adamw_wd",      "adamw_skip",       "adamw_groups",
-                        "sgd_groups"};
+                        "sgd_groups",    "adam_amsgrad",  "adamw_amsgrad_skip"};
 
 }  // namespace
 

@@ -87,6 +87,49 @@ TEST(OptimizerResume, AdamWWithGroupsAndSchedulerResumesBitExact) {
   EXPECT_NE(opt_a->state(0, "exp_avg").data_ptr(), opt_b->state(0, "exp_avg").data_ptr());
 }
 
+// amsgrad's running maximum is state ("max_exp_avg_sq", as PyTorch names it): a resumed run
+// continues bit-exact, a group without amsgrad keeps none, and the capturable step (the
+// device-scheduled kernel path) gives the same numbers.
+TEST(OptimizerResume, AdamAmsgradResumesBitExact) {
+  std::vector<Tensor> a = make_params(Device::cpu());
+  auto make = [](const std::vector<Tensor>& p, bool capturable) {
+    return std::make_unique<optim::Adam>(std::vector<optim::Adam::Group>{
+        {{p[0], p[1]}, {.lr = 1e-2, .betas = {0.9, 0.8}, .amsgrad = true, .capturable = capturable}},
+        {{p[2]}, {.lr = 3e-2, .capturable = capturable}}});
+  };
+  auto opt_a = make(a, false);
+  std::vector<Tensor> c = clone_params(a);
+  auto opt_c = make(c, true);
+  for (int s = 0; s < 3; ++s) {
+    set_grads(a, s);
+    set_grads(c, s);
+    opt_a->step();
+    opt_c->step();
+  }
+  const StateDict sd = opt_a->state_dict();
+  EXPECT_TRUE(sd.at("state.0.max_exp_avg_sq").is_same(opt_a->state(0, "max_exp_avg_sq")));
+  EXPECT_FALSE(sd.contains("state.2.max_exp_avg_sq")) << "a group without amsgrad keeps no maximum";
+  EXPECT_EQ(sd.scalar("param_groups.0.amsgrad"), 1);
+  // The maximum is at least the current v, and above it somewhere (v fell between steps).
+  const Tensor v = opt_a->state(0, "exp_avg_sq"), vmax = opt_a->state(0, "max_exp_avg_sq");
+  EXPECT_TRUE((vmax >= v).all().item<bool>());
+  EXPECT_TRUE((vmax > v).any().item<bool>());
+
+  std::vector<Tensor> b = clone_params(a);
+  auto opt_b = std::make_unique<optim::Adam>(std::vector<optim::Adam::Group>{{{b[0], b[1]}, {}}, {{b[2]}, {}}});
+  opt_b->load_state_dict(sd);
+  EXPECT_TRUE(opt_b->options(0).amsgrad);
+  EXPECT_FALSE(opt_b->options(1).amsgrad);
+  for (int s = 3; s < 6; ++s) {
+    for (auto* params : {&a, &b, &c}) set_grads(*params, s);
+    opt_a->step();
+    opt_b->step();
+    opt_c->step();
+  }
+  expect_bit_equal(a, b);
+  expect_bit_equal(a, c);
+}
+
 TEST(OptimizerResume, SgdMomentumResumesBitExact) {
   std::vector<Tensor> a = make_params(Device::cpu(), 2);
   optim::SGD opt_a(a, {.lr = 0.05, .momentum = 0.9, .nesterov = true});

@@ -34,6 +34,7 @@ struct AdamStepParams {
   double weight_decay = 0.0;
   bool decoupled_weight_decay = false;  // AdamW: p *= 1 - lr * wd; Adam: g += wd * p (L2)
   bool maximize = false;
+  bool amsgrad = false;  // the denominator uses the running maximum of v (max_exp_avg_sqs)
 };
 
 // For each i, with t = steps[i] (the step number after incrementing, >= 1):
@@ -41,10 +42,12 @@ struct AdamStepParams {
 //   AdamW: p = p * (1 - lr*wd)            Adam: g = g + wd * p
 //   m = m * beta1 + (1 - beta1) * g
 //   v = v * beta2 + (1 - beta2) * g * g
+//   amsgrad: vmax = max(vmax, v) (NaN propagates, as torch.maximum), and vmax replaces v below
 //   p = p + (-lr / (1 - beta1^t)) * (m / (sqrt(v) / sqrt(1 - beta2^t) + eps))
+// max_exp_avg_sqs (the vmax state, like the others) is given exactly when p.amsgrad.
 void adam_step_(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
                 const TensorList& exp_avg_sqs, const std::vector<int64_t>& steps,
-                const AdamStepParams& p);
+                const AdamStepParams& p, const TensorList& max_exp_avg_sqs = {});
 
 // The capturable form of adam_step_ (Note [capturable optimizer step] in ops/src/optim.cpp):
 // the learning rate and the step counts are read from tensors on the parameters' device when
@@ -61,7 +64,7 @@ void adam_step_(const TensorList& params, const TensorList& grads, const TensorL
 void adam_step_scheduled_(const TensorList& params, const TensorList& grads,
                           const TensorList& exp_avgs, const TensorList& exp_avg_sqs,
                           const Tensor& lr, const Tensor& steps, const Tensor& found_inf,
-                          const AdamStepParams& p);
+                          const AdamStepParams& p, const TensorList& max_exp_avg_sqs = {});
 
 struct SgdStepParams {
   double lr = 1e-3;

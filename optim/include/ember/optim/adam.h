@@ -1,7 +1,8 @@
 // Adam (L2 weight decay added to the gradient) and AdamW (decoupled weight decay), with
-// torch.optim.Adam / AdamW's semantics (amsgrad not supported). For step t of a parameter:
+// torch.optim.Adam / AdamW's semantics. For step t of a parameter:
 //   AdamW: p *= 1 - lr*wd          Adam: g += wd * p
 //   m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g^2
+//   amsgrad: vmax = max(vmax, v) (state "max_exp_avg_sq"), used for v below
 //   p -= lr/(1-beta1^t) * m / (sqrt(v)/sqrt(1-beta2^t) + eps)
 // The update of a group is ONE fused multi-tensor kernel (ops::adam_step_) over all of its
 // parameters; each parameter keeps its own step count (parameters skipped for lack of a
@@ -19,6 +20,7 @@ struct AdamOptions {
   std::array<double, 2> betas = {0.9, 0.999};
   double eps = 1e-8;
   double weight_decay = 0.0;
+  bool amsgrad = false;
   bool maximize = false;
   // Note [master weights] (optimizer.h): f16/bf16 parameters are updated through an f32
   // master copy kept in the optimizer state ("state.<i>.master").
@@ -38,6 +40,7 @@ struct AdamWOptions {
   std::array<double, 2> betas = {0.9, 0.999};
   double eps = 1e-8;
   double weight_decay = 1e-2;
+  bool amsgrad = false;
   bool maximize = false;
   bool master_weights = false;  // as AdamOptions::master_weights
   bool capturable = false;      // as AdamOptions::capturable
