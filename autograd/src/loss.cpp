@@ -15,6 +15,7 @@
 #include "ember/autograd/function.h"
 #include "ember/grad_mode.h"
 #include "ember/ops/elementwise.h"
+#include "ember/ops/nn.h"
 
 namespace ember {
 
@@ -96,14 +97,9 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
   // The pointwise loss is one recorded op: through log's own VJP, a clamped log(0) would give
   // 0 * inf = NaN where PyTorch's formula gives a finite gradient.
   Tensor x = input.detach(), t = target.detach();
-  if (x.is_cpu()) {
-    // PyTorch refuses probabilities outside [0, 1] (and NaN); the formula would give a NaN loss
-    // and huge gradients. Checked on the CPU only: on CUDA it would cost a host wait per step.
-    NoGradGuard no_grad;
-    EMBER_CHECK(!((x >= 0.0) & (x <= 1.0)).logical_not().any().item<bool>(), ValueError, "[", op,
-                "] all elements of input should be between 0 and 1 (probabilities: pass logits to "
-                "binary_cross_entropy_with_logits)");
-  }
+  // PyTorch refuses probabilities outside [0, 1] (and NaN); the formula would give a NaN loss
+  // and huge gradients. On CUDA the check is deferred to the next synchronization (no host wait).
+  ops::check_probabilities(x, "binary_cross_entropy");
   Tensor log_x, log_1mx;
   {
     NoGradGuard no_grad;
@@ -146,17 +142,9 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossOptions&
   const Tensor weight = class_weight(op, options.weight, input);
   const int64_t cdim = class_dim(input);
   const Targets t = mask_ignored(target, options.ignore_index);
-  if (t.safe.is_cpu()) {
-    // Named here, as cross_entropy names its own: gather would report "[gather] index ...".
-    // (On CUDA the gather kernel's deferred check reports it at the next synchronization.)
-    const Tensor flat = t.safe.contiguous();
-    const int64_t* p = flat.data_ptr<int64_t>();
-    const int64_t classes = input.sizes()[cdim];
-    for (int64_t i = 0; i < flat.numel(); ++i)
-      EMBER_CHECK(p[i] >= 0 && p[i] < classes, IndexError, "[", op, "] target ", p[i], " at position ", i,
-                  " is out of bounds for ", classes, " classes (expected 0 <= target < ", classes,
-                  ", or ignore_index ", options.ignore_index, ")");
-  }
+  // Named here, as cross_entropy names its own: gather would report "[gather] index ...". On
+  // CUDA the check is deferred to the next synchronization (no host wait).
+  ops::check_class_targets(target, input.sizes()[cdim], options.ignore_index, "nll_loss");
   Tensor picked = squeeze(gather(input, cdim, unsqueeze(t.safe, cdim)), cdim);
   // where, not a multiplication by 0: an ignored entry's picked value may be -inf.
   Tensor tw = weight.defined() ? target_weights(weight, t) : Tensor();

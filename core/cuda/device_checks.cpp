@@ -74,6 +74,9 @@ std::string format(const DeviceFault& f) {
   if (f.kind == int(FaultKind::target_out_of_bounds))
     return str("[", op, "] target ", f.value, " at position ", f.a, " is out of bounds for ", f.b,
                " classes (expected 0 <= target < ", f.b, ", or ignore_index ", f.c, ")");
+  if (f.kind == int(FaultKind::not_a_probability))  // ops::kProbabilitiesMessage's words
+    return str("[", op, "] all elements of input should be between 0 and 1 (probabilities: pass logits to "
+                        "binary_cross_entropy_with_logits)");
   return str("[", op, "] index ", f.value, " is out of range for dim ", f.a, " of size ", f.b);
 }
 
@@ -177,6 +180,7 @@ void raise_deferred_errors() {
       throw;
     }
     if (f.claimed == 0) continue;  // nothing complete to report (cannot happen after a flag)
+    if (f.kind == int(FaultKind::not_a_probability)) throw ValueError(format(f));
     throw IndexError(format(f));
   }
 }

@@ -651,4 +651,32 @@ void layer_norm_bwd_kernel(const Tensor& grad, const Tensor& x, const Tensor& we
   });
 }
 
+void check_class_targets_kernel(const Tensor& target, int64_t classes, int64_t ignore_index, const char* op) {
+  visit_target(target.dtype(), op, [&](auto ttag) {
+    using T = decltype(ttag);
+    const T* t = static_cast<const T*>(target.data_ptr());
+    for (int64_t i = 0; i < target.numel(); ++i) {
+      const int64_t v = int64_t(t[i]);
+      EMBER_CHECK(v == ignore_index || (v >= 0 && v < classes), IndexError, "[", op, "] target ", v, " at position ",
+                  i, " is out of bounds for ", classes, " classes (expected 0 <= target < ", classes,
+                  ", or ignore_index ", ignore_index, ")");
+    }
+  });
+}
+
+void check_probabilities_kernel(const Tensor& x, const char* op) {
+  visit_floating(x.dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    const S* p = static_cast<const S*>(x.data_ptr());
+    bool bad = false;
+    const int64_t n = x.numel();
+#pragma omp parallel for reduction(|| : bad) if (n >= 65536)
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = double(p[i]);
+      bad = bad || !(v >= 0.0 && v <= 1.0);  // NaN fails both
+    }
+    EMBER_CHECK(!bad, ValueError, "[", op, "] ", kProbabilitiesMessage);
+  });
+}
+
 }  // namespace ember::ops::cpu

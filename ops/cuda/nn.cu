@@ -740,7 +740,63 @@ void layer_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, c
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
+// The loss input checks: each thread looks at its elements and reports a bad one (the first
+// report wins); nothing is written otherwise, and nothing waits.
+template <class T>
+__global__ void check_class_targets_cuda(const T* target, int64_t n, int64_t classes, int64_t ignore_index,
+                                         ember::cuda::FaultSite site) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const long long v = (long long)target[i];
+    if (v != ignore_index && (v < 0 || v >= classes)) {
+      site.a = i;
+      site.report(v);
+      return;
+    }
+  }
+}
+
+template <class S>
+__global__ void check_probabilities_cuda(const S* x, int64_t n, ember::cuda::FaultSite site) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const compute_t<S> v = compute_t<S>(x[i]);
+    if (!(v >= compute_t<S>(0) && v <= compute_t<S>(1))) {  // NaN fails both
+      site.a = i;
+      site.report(0);
+      return;
+    }
+  }
+}
+
 }  // namespace
+
+void check_class_targets_kernel(const Tensor& target, int64_t classes, int64_t ignore_index, const char* op) {
+  const auto on = ember::cuda::detail::on_device(target.device());
+  const int64_t n = target.numel();
+  visit_target(target.dtype(), op, [&](auto ttag) {
+    using T = decltype(ttag);
+    ::ember::cuda::launch_kernel(check_class_targets_cuda<T>, unsigned(blocks_for_threads(n)), kBlockThreads, 0,
+                                 on.stream, static_cast<const T*>(target.data_ptr()), n, classes, ignore_index,
+                                 ember::cuda::detail::fault_site(target.device().index,
+                                                                 ember::cuda::FaultKind::target_out_of_bounds, op, 0,
+                                                                 classes, ignore_index));
+    EMBER_CUDA_CHECK_LAUNCH();
+  });
+  ember::cuda::detail::after_checked_launch(on.stream);
+}
+
+void check_probabilities_kernel(const Tensor& x, const char* op) {
+  const auto on = ember::cuda::detail::on_device(x.device());
+  const int64_t n = x.numel();
+  visit_floating(x.dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    ::ember::cuda::launch_kernel(check_probabilities_cuda<S>, unsigned(blocks_for_threads(n)), kBlockThreads, 0,
+                                 on.stream, static_cast<const S*>(x.data_ptr()), n,
+                                 ember::cuda::detail::fault_site(x.device().index,
+                                                                 ember::cuda::FaultKind::not_a_probability, op));
+    EMBER_CUDA_CHECK_LAUNCH();
+  });
+  ember::cuda::detail::after_checked_launch(on.stream);
+}
 
 void softmax_fwd_kernel(const Tensor& x, const Tensor& out, int64_t dim, bool log) {
   visit_floating(x.dtype(), [&](auto tag) { softmax_fwd<decltype(tag)>(x, out, dim, log); });

@@ -26,4 +26,6 @@ void layer_norm_bwd_kernel(const Tensor&, const Tensor&, const Tensor&, const Te
                            const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t) {
   EMBER_NO_CUDA("layer_norm_backward");
 }
+void check_class_targets_kernel(const Tensor&, int64_t, int64_t, const char*) { EMBER_NO_CUDA("check_class_targets"); }
+void check_probabilities_kernel(const Tensor&, const char*) { EMBER_NO_CUDA("check_probabilities"); }
 }  // namespace ember::ops::cuda

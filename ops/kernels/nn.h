@@ -18,6 +18,8 @@
 //   or contiguous [cols] of dtype S; y contiguous [rows, cols] of dtype S, or f16/bf16 when S
 //   is f32; mean/rstd contiguous [rows] in the stats dtype. bwd: grad contiguous [rows, cols]
 //   of dtype S, or f16/bf16 when S is f32; dx/dweight/dbias undefined or contiguous, of S.
+// check_class_targets: target contiguous, integral (visit_target), numel > 0. check_probabilities:
+//   x contiguous floating, numel > 0. Both: `op` a string literal.
 #define EMBER_NN_KERNELS                                                                     \
   void softmax_fwd_kernel(const Tensor& x, const Tensor& out, int64_t dim, bool log);       \
   void softmax_bwd_kernel(const Tensor& grad, const Tensor& y, const Tensor& dx, int64_t dim, \
@@ -34,9 +36,20 @@
                              double eps);                                                    \
   void layer_norm_bwd_kernel(const Tensor& grad, const Tensor& x, const Tensor& weight,      \
                              const Tensor& mean, const Tensor& rstd, const Tensor& dx,       \
-                             const Tensor& dweight, const Tensor& dbias, int64_t cols);
+                             const Tensor& dweight, const Tensor& dbias, int64_t cols);      \
+  void check_class_targets_kernel(const Tensor& target, int64_t classes, int64_t ignore_index, \
+                                  const char* op);                                           \
+  void check_probabilities_kernel(const Tensor& x, const char* op);
 
 EMBER_DECLARE_KERNELS(EMBER_NN_KERNELS)
+
+namespace ember::ops {
+// check_probabilities' message after "[op] " (core/cuda/device_checks.cpp formats a CUDA fault
+// of kind not_a_probability with the same words; the CUDA loss tests compare the two).
+inline constexpr const char* kProbabilitiesMessage =
+    "all elements of input should be between 0 and 1 (probabilities: pass logits to "
+    "binary_cross_entropy_with_logits)";
+}  // namespace ember::ops
 
 namespace ember::ops {
 // Calls f(tag) with the storage type of a layer-norm side tensor (delta, y, the output

@@ -283,4 +283,17 @@ LayerNormBackward layer_norm_backward(const Tensor& grad, const Tensor& x, const
   return out;
 }
 
+void check_class_targets(const Tensor& target, int64_t classes, int64_t ignore_index, const char* op) {
+  detail::check_defined(op, target, "target");
+  if (target.numel() == 0) return;
+  EMBER_DISPATCH_KERNEL(target.device(), check_class_targets_kernel, contiguous(target), classes, ignore_index, op);
+}
+
+void check_probabilities(const Tensor& x, const char* op) {
+  detail::check_defined(op, x);
+  check_floating(op, x, "input");
+  if (x.numel() == 0) return;
+  EMBER_DISPATCH_KERNEL(x.device(), check_probabilities_kernel, contiguous(x), op);
+}
+
 }  // namespace ember::ops

@@ -347,6 +347,30 @@ TEST(Losses, BadInputsThrowNamingTheOp) {
 
 // CUDA against the CPU: the composites run on the device's elementwise, reduction and
 // indexing kernels (and the fused cross-entropy for [N, C, d]).
+// The CPU's refusals, on CUDA without a host wait: raised at the next synchronization (the
+// loss's item()) with the CPU's message and type, and the record cleared after.
+TEST(LossesCuda, OutOfRangeInputsAndTargetsAreRefusedAtTheNextSync) {
+  EMBER_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda(0);
+  const Tensor t = rand({2, 3}).to(dev);
+  for (double bad : {-0.5, 1.5, std::nan("")}) {
+    Tensor x = full({2, 3}, 0.5);
+    x.narrow(1, 2, 1).fill_(bad);
+    const std::string cpu = message_of<ValueError>([&] { F::binary_cross_entropy(x, t.cpu()); });
+    const std::string msg = message_of<ValueError>([&] { (void)F::binary_cross_entropy(x.to(dev), t).item<double>(); });
+    EXPECT_EQ(msg, cpu) << bad;
+    EXPECT_NO_THROW(cuda::synchronize());
+  }
+  EXPECT_NO_THROW((void)F::binary_cross_entropy(full({2, 3}, 1.0, dev), t).item<double>());
+  const Tensor logp = log_softmax(randn({3, 5}), 1);
+  const Tensor target = tensor<int64_t>({0, 7, 2});
+  const std::string cpu = message_of<IndexError>([&] { F::nll_loss(logp, target); });
+  const std::string msg = message_of<IndexError>([&] { (void)F::nll_loss(logp.to(dev), target.to(dev)).item<double>(); });
+  EXPECT_EQ(msg, cpu);  // "[nll_loss] target 7 at position 1 ...", not the gather kernel's "[gather]"
+  EXPECT_NO_THROW(cuda::synchronize());
+  EXPECT_NO_THROW((void)F::nll_loss(logp.to(dev), tensor<int64_t>({0, -100, 2}).to(dev)).item<double>());
+}
+
 TEST(LossesCuda, MatchCpu) {
   EMBER_SKIP_WITHOUT_CUDA();
   const Device dev = Device::cuda(0);

@@ -54,6 +54,17 @@ Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Te
                               const Tensor& row_max, const Tensor& log_sum,
                               const CrossEntropyParams& params);
 
+// ---- loss input checks, on the tensor's device without a host wait (CUDA: Note [deferred
+// device checks]: raised at the next synchronization, or at once in synchronous-check mode;
+// which bad element is named when several are is then unspecified). `op` names the loss the
+// user called and must be a string literal (a CUDA fault reads it back later).
+// Every target (integral) is in [0, classes) or equals ignore_index, else IndexError
+// "[op] target <t> at position <i> is out of bounds for <classes> classes (expected ...)".
+void check_class_targets(const Tensor& target, int64_t classes, int64_t ignore_index, const char* op);
+// Every element of x (floating) is in [0, 1] (NaN is not), else ValueError "[op] all elements
+// of input should be between 0 and 1 ...", PyTorch's refusal for binary_cross_entropy.
+void check_probabilities(const Tensor& x, const char* op);
+
 // ---- layer norm over the trailing dims `normalized_shape` ----
 struct LayerNormForward {
   Tensor y;     // x's shape and dtype, contiguous

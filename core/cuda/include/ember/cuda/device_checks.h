@@ -37,6 +37,8 @@ enum class FaultKind : int {
   // "[op] target <value> at position <a> is out of bounds for <b> classes (expected
   //  0 <= target < <b>, or ignore_index <c>)"
   target_out_of_bounds = 2,
+  // "[op] all elements of input should be between 0 and 1 (...)", raised as ValueError
+  not_a_probability = 3,
 };
 
 // The record in device memory. `claimed` is 0 until a thread wins it.
