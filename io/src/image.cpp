@@ -1,14 +1,10 @@
 // make_grid and save_image (see ember/io/image.h): torchvision.utils' algorithm written with
-// ember ops (so it runs on the tensor's device), and a PNG encoder on libpng.
+// ember ops (so it runs on the tensor's device); the PNG encoder is png_encode.h's.
 #include "ember/io/image.h"
-
-#include <png.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <csetjmp>
-#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -18,6 +14,7 @@
 #include "ember/functions.h"
 #include "ember/grad_mode.h"
 #include "file_util.h"
+#include "png_encode.h"
 
 namespace ember::io {
 
@@ -62,69 +59,6 @@ bool ends_with_png(const std::string& path) {
   std::string ext = path.substr(path.size() - 4);
   for (char& c : ext) c = char(std::tolower(static_cast<unsigned char>(c)));
   return ext == ".png";
-}
-
-// ---- PNG encoding (libpng reports errors by longjmp: no C++ object with a destructor lives in
-// encode_rows' frame, and the write callback only appends to a vector that cannot throw past it).
-
-struct PngSink {
-  std::vector<unsigned char>* bytes;
-  bool out_of_memory = false;
-  char message[256] = {0};
-};
-
-void png_on_write(png_structp png, png_bytep data, size_t n) {
-  auto* sink = static_cast<PngSink*>(png_get_io_ptr(png));
-  bool failed = false;
-  try {
-    sink->bytes->insert(sink->bytes->end(), data, data + n);
-  } catch (...) {  // std::bad_alloc
-    failed = true;
-  }
-  if (failed) {
-    sink->out_of_memory = true;
-    png_error(png, "out of memory while encoding");
-  }
-}
-
-void png_on_flush(png_structp) {}
-
-void png_on_error(png_structp png, png_const_charp message) {
-  auto* sink = static_cast<PngSink*>(png_get_error_ptr(png));
-  std::snprintf(sink->message, sizeof sink->message, "%s", message);
-  png_longjmp(png, 1);
-}
-
-void png_on_warning(png_structp, png_const_charp) {}
-
-// Encodes rows of `channels` bytes a pixel into sink->bytes; false (with sink->message) on error.
-bool encode_rows(PngSink* sink, const unsigned char* pixels, png_uint_32 width, png_uint_32 height,
-                 int color_type, size_t row_bytes) {
-  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, sink, png_on_error, png_on_warning);
-  if (png == nullptr) {
-    std::snprintf(sink->message, sizeof sink->message, "libpng could not start an encoder");
-    return false;
-  }
-  png_infop info = png_create_info_struct(png);
-  if (info == nullptr) {
-    png_destroy_write_struct(&png, nullptr);
-    std::snprintf(sink->message, sizeof sink->message, "libpng could not start an encoder");
-    return false;
-  }
-  if (setjmp(png_jmpbuf(png))) {
-    png_destroy_write_struct(&png, &info);
-    return false;
-  }
-  png_set_write_fn(png, sink, png_on_write, png_on_flush);
-  // PNG's own limit (2^31 - 1) instead of libpng's default of a million pixels a side.
-  png_set_user_limits(png, PNG_UINT_31_MAX, PNG_UINT_31_MAX);
-  png_set_IHDR(png, info, width, height, 8, color_type, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
-               PNG_FILTER_TYPE_DEFAULT);
-  png_write_info(png, info);
-  for (png_uint_32 r = 0; r < height; ++r) png_write_row(png, pixels + size_t(r) * row_bytes);
-  png_write_end(png, nullptr);
-  png_destroy_write_struct(&png, &info);
-  return true;
 }
 
 }  // namespace
@@ -182,18 +116,10 @@ void save_image(const Tensor& tensor, const std::string& fp, const SaveImageOpti
   check_options(kSaveImage, tensor, grid_options);
   Tensor grid = make_grid(tensor, grid_options);
   const int64_t channels = grid.size(0), height = grid.size(1), width = grid.size(2);
-  int color_type = 0;
-  switch (channels) {
-    case 2: color_type = PNG_COLOR_TYPE_GRAY_ALPHA; break;
-    case 3: color_type = PNG_COLOR_TYPE_RGB; break;
-    case 4: color_type = PNG_COLOR_TYPE_RGB_ALPHA; break;
-    default:
-      throw ShapeError(str(kSaveImage, " a PNG holds 3 channels (RGB), 4 (RGBA) or 2 (gray and alpha); "
-                                       "the images have ", channels, " (grid shape ", grid.sizes(),
-                                       ", input shape ", tensor.sizes(), ")"));
-  }
-  EMBER_CHECK(height >= 1 && width >= 1 && height <= int64_t(PNG_UINT_31_MAX) &&
-                  width <= int64_t(PNG_UINT_31_MAX),
+  EMBER_CHECK(channels >= 2 && channels <= 4, ShapeError, kSaveImage,
+              " a PNG holds 3 channels (RGB), 4 (RGBA) or 2 (gray and alpha); the images have ", channels,
+              " (grid shape ", grid.sizes(), ", input shape ", tensor.sizes(), ")");
+  EMBER_CHECK(height >= 1 && width >= 1 && height <= detail::kPngMaxSide && width <= detail::kPngMaxSide,
               ShapeError, kSaveImage, " a PNG is 1 to 2^31 - 1 pixels a side; the grid is ", height, "x", width,
               " (shape ", grid.sizes(), ")");
 
@@ -210,13 +136,8 @@ void save_image(const Tensor& tensor, const std::string& fp, const SaveImageOpti
     const double v = values[i];
     pixels[i] = std::isnan(v) ? 0 : static_cast<unsigned char>(std::clamp(v, 0.0, 255.0));
   }
-  std::vector<unsigned char> png_bytes;
-  PngSink sink{&png_bytes};
-  if (!encode_rows(&sink, pixels.data(), png_uint_32(width), png_uint_32(height), color_type,
-                   size_t(width) * size_t(channels))) {
-    if (sink.out_of_memory) throw std::bad_alloc();
-    throw IOError(str(kSaveImage, " ", fp, ": libpng failed to encode the image: ", sink.message));
-  }
+  const std::vector<unsigned char> png_bytes =
+      detail::encode_png(pixels.data(), width, height, int(channels), str(kSaveImage, " ", fp));
   detail::write_file_atomic(fp, kSaveImage,
                             [&](detail::File& f) { f.write_all(png_bytes.data(), png_bytes.size()); });
 }

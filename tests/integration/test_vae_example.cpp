@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "ember/io/image.h"
 #include "support/png_read.h"
 #include "support/test_support.h"
 
@@ -97,6 +98,7 @@ TEST_F(VaeExample, LossGoesDownAndSamplesAreWrittenAsPngGrids) {
   EXPECT_LT(losses[2], losses[0]) << r.output;
   EXPECT_LT(losses[2], 0.9 * losses[0]) << r.output;  // more than noise: the squares are learned
   EXPECT_EQ(test::result_number(r.output, "steps"), 30) << r.output;
+  if (!io::png_output_available()) GTEST_SKIP() << "this build has no PNG output: the loss was checked, not the images";
   EXPECT_NE(r.output.find("wrote " + (out / "samples.png").string()), std::string::npos) << r.output;
   // 64 samples: an 8x8 grid of 28x28 images with padding 2, RGB.
   const test::Png samples = test::read_png((out / "samples.png").string());
@@ -126,7 +128,7 @@ TEST_F(VaeExample, StopsAtMaxSteps) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(test::result_number(r.output, "steps"), 13) << r.output;
   EXPECT_EQ(epoch_losses(r.output).size(), 2u) << r.output;  // epoch 2 trained 3 steps
-  EXPECT_TRUE(fs::exists(root_ / "short" / "samples.png"));
+  EXPECT_EQ(fs::exists(root_ / "short" / "samples.png"), io::png_output_available());
 }
 
 TEST_F(VaeExample, BadInputExitsWithAClearMessage) {

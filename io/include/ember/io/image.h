@@ -83,4 +83,8 @@ struct SaveImageOptions {
 void save_image(const Tensor& tensor, const std::string& fp, const SaveImageOptions& options = {});
 void save_image(const TensorList& tensors, const std::string& fp, const SaveImageOptions& options = {});
 
+// False in a build without libpng (libpng-dev not found at configure time): save_image throws
+// NotImplementedError, saying so; make_grid works either way.
+bool png_output_available();
+
 }  // namespace ember::io
