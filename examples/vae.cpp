@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -225,22 +226,24 @@ int run(const Config& cfg) {
 int main(int argc, char** argv) {
   Config cfg;
   CLI::App app{"ember: a convolutional VAE on MNIST; writes samples.png and reconstruction.png"};
+  namespace ex = ember::examples;
   app.add_option("--data", cfg.data, "folder with the four MNIST IDX files (scripts/fetch_data.sh)");
-  app.add_option("--epochs", cfg.epochs, "passes over the training set")->check(ember::examples::PositiveNumber);
-  app.add_option("--batch-size", cfg.batch_size, "images per step")->check(CLI::Range(int64_t(1), int64_t(1) << 30));
-  app.add_option("--lr", cfg.lr, "Adam learning rate")->check(ember::examples::FinitePositiveNumber);
-  app.add_option("--latent", cfg.latent, "size of the code z")->check(CLI::Range(int64_t(1), int64_t(4096)));
+  app.add_option("--epochs", cfg.epochs, "passes over the training set")->check(ex::WholeNumberIn(1, 1 << 20));
+  app.add_option("--batch-size", cfg.batch_size, "images per step")->check(ex::WholeNumberIn(1, int64_t(1) << 30));
+  app.add_option("--lr", cfg.lr, "Adam learning rate")->check(ex::FinitePositiveNumber);
+  app.add_option("--latent", cfg.latent, "size of the code z")->check(ex::WholeNumberIn(1, 4096));
   app.add_option("--out", cfg.out, "folder for samples.png and reconstruction.png (written every epoch)");
   app.add_option("--max-steps", cfg.max_steps, "stop after N steps in total (0: all epochs)")
-      ->check(ember::examples::NonNegativeNumber);
-  app.add_option("--log-every", cfg.log_every, "progress every N steps")->check(ember::examples::PositiveNumber);
-  app.add_option("--seed", cfg.seed, "seed for initialization, shuffling, eps and the sampled codes");
+      ->check(ex::WholeNumberIn(0, ex::kMaxCount));
+  app.add_option("--log-every", cfg.log_every, "progress every N steps")->check(ex::WholeNumberIn(1, ex::kMaxCount));
+  app.add_option("--seed", cfg.seed, "seed for initialization, shuffling, eps and the sampled codes")
+      ->check(ex::Seed);
   app.add_option("--device", cfg.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--workers", cfg.workers, "data loader threads (0: load in the training thread)")
-      ->check(CLI::Range(0, 64));
+      ->check(ex::WholeNumberIn(0, 64));
   app.add_option("--profile", cfg.profile,
                  "profile N steps after 2 warm-up steps: print the op table, write <out>/trace.json, stop")
-      ->check(ember::examples::NonNegativeNumber);
-  CLI11_PARSE(app, argc, argv);
+      ->check(ex::WholeNumberIn(0, ex::kMaxCount));
+  if (const std::optional<int> rc = ex::parse_flags("vae", app, argc, argv)) return *rc;
   return ember::examples::exit_code_of("vae", [&] { return run(cfg); });
 }

@@ -398,6 +398,8 @@ class BadFlags : public BadInputs, public ::testing::WithParamInterface<FlagCase
                   {"--out", (root_ / "gpt-out").string()}, {"--steps", "1"}};
     else if (program == "resnet" || program == "char_lstm")
       defaults = {{"--data", nowhere}};
+    else if (program == "vae")
+      defaults = {{"--data", nowhere}, {"--out", (root_ / "vae-out").string()}};
     else if (program == "transformer_encoder")
       defaults = {{"--steps", "1"}, {"--eval-size", "1"}};
     else if (program == "demo_mlp")
@@ -516,6 +518,18 @@ INSTANTIATE_TEST_SUITE_P(
         FlagCase{"gpt", {"--generate"}, "--generate needs --checkpoint DIR or --init-from DIR", 1},
         FlagCase{"gpt", {"--generate", "--init-from", "@ROOT@/nowhere"}, "--tokenizer", 1},
         // ---- resnet ----
+        FlagCase{"vae", {"--epochs", "0"}, "--epochs: must be at least 1, not 0"},
+        FlagCase{"vae", {"--epochs", "99999999999999999999"}, "--epochs: must be at most 1048576"},
+        FlagCase{"vae", {"--batch-size", "abc"}, "--batch-size"},
+        FlagCase{"vae", {"--lr", "nan"}, "--lr"},
+        FlagCase{"vae", {"--latent", "0"}, "--latent: must be at least 1, not 0"},
+        FlagCase{"vae", {"--max-steps", "-1"}, "--max-steps"},
+        FlagCase{"vae", {"--seed", "-1"}, "--seed"},
+        FlagCase{"vae", {"--device", "tpu"}, "--device"},
+        FlagCase{"vae", {"--workers", "65"}, "--workers: must be at most 64"},
+        FlagCase{"vae", {"--no-such-flag"}, "--no-such-flag"},
+        FlagCase{"vae", {"--lr"}, "--lr needs a value"},
+        FlagCase{"vae", {"--data", "@ROOT@/nowhere"}, "@ROOT@/nowhere", 1},
         FlagCase{"resnet", {"--epochs", "0"}, "--epochs: must be at least 1, not 0"},
         FlagCase{"resnet", {"--epochs", "5000"}, "--epochs: must be at most 1000, not 5000"},
         FlagCase{"resnet", {"--batch-size", "-1"}, "--batch-size"},
