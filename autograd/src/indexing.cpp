@@ -166,7 +166,6 @@ Tensor index_put_functional(const Tensor& x, const TensorList& list, const Tenso
                 });
 }
 
-// The k-th diagonal of a matrix as a strided view.
 // Diagonal k of dims d1, d2 as a view (no autograd): those dims removed, the diagonal last.
 Tensor diagonal_view(const Tensor& x, int64_t k, int64_t d1 = 0, int64_t d2 = 1) {
   const int64_t r = x.sizes()[size_t(d1)], c = x.sizes()[size_t(d2)];
@@ -552,16 +551,17 @@ Tensor diagonal(const Tensor& x, int64_t offset, int64_t dim1, int64_t dim2) {
   EMBER_CHECK(x.dim() >= 2, ShapeError, "[diagonal] needs a tensor of at least 2 dims, got shape ", x.sizes());
   const int64_t d1 = wrap_dim(dim1, x.dim(), "diagonal"), d2 = wrap_dim(dim2, x.dim(), "diagonal");
   EMBER_CHECK(d1 != d2, ValueError, "[diagonal] dim1 and dim2 are both dim ", d1, ": they must differ");
-  return record("diagonal", diagonal_view(x, offset, d1, d2), {x},
-                [offset, d1, d2, in = x.sizes()](const Tensor& g) -> TensorList {
-                  Tensor z = ember::detail::make_tensor(in, g.dtype(), g.device());
-                  ops::fill_(z, 0);
-                  ops::copy_(diagonal_view(z, offset, d1, d2), g);
-                  // Recorded: the gradient of this scatter is the diagonal of its gradient.
-                  return {record("diagonal_backward", z, {g}, [offset, d1, d2](const Tensor& gg) -> TensorList {
-                    return {diagonal(gg, offset, d1, d2)};
-                  })};
-                });
+  Tensor result = record(
+      "diagonal", diagonal_view(x, offset, d1, d2), {x}, [offset, d1, d2, in = x.sizes()](const Tensor& g) -> TensorList {
+        Tensor z = ember::detail::make_tensor(in, g.dtype(), g.device());
+        ops::fill_(z, 0);
+        ops::copy_(diagonal_view(z, offset, d1, d2), g);
+        // Recorded: the gradient of this scatter is the diagonal of its gradient.
+        return {record("diagonal_backward", z, {g},
+                       [offset, d1, d2](const Tensor& gg) -> TensorList { return {diagonal(gg, offset, d1, d2)}; })};
+      });
+  EMBER_TRACE(result, "diagonal", {x}, {{"offset", offset}, {"dim1", d1}, {"dim2", d2}});
+  return result;
 }
 
 Tensor outer(const Tensor& a, const Tensor& b) {
