@@ -88,8 +88,9 @@ void ZeroRedundancyOptimizer::zero_grad(bool set_to_none) {
 }
 
 namespace {
-// The per-parameter buffers AdamW keeps, in its state dict's names.
-constexpr const char* kBuffers[] = {"exp_avg", "exp_avg_sq", "master"};
+// The per-parameter buffers AdamW keeps, in its state dict's names (max_exp_avg_sq with amsgrad,
+// master with master weights; the others always).
+constexpr const char* kBuffers[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "master"};
 }  // namespace
 
 StateDict ZeroRedundancyOptimizer::state_dict() const {
@@ -181,7 +182,7 @@ void ZeroRedundancyOptimizer::set_lr(double lr) { local_->set_lr(lr); }
 
 int64_t ZeroRedundancyOptimizer::state_bytes() const {
   int64_t bytes = 0;
-  for (const char* name : {"exp_avg", "exp_avg_sq", "master"}) {
+  for (const char* name : kBuffers) {
     const Tensor t = local_->state(0, name);
     if (t.defined()) bytes += t.numel() * int64_t(t.element_size());
   }

@@ -89,56 +89,60 @@ void train(Odd& net, const std::function<void()>& zero_grad, const std::function
 // resume from it: ZeRO trained 3 steps, saved, rebuilt and trained 3 more equals plain AdamW
 // trained 6 steps; the state dict equals AdamW's at the same step; and each loads the other's.
 TEST(Zero, PaddedShardStateDictAndResumeEqualPlainAdamW) {
-  const optim::AdamWOptions options{.lr = 2e-2, .weight_decay = 0.1};
-  manual_seed(31);
-  Odd ref;
-  ref.to(DType::f64);
-  optim::AdamW ref_opt(ref.parameters(), options);
-  manual_seed(31);
-  Odd net;
-  net.to(DType::f64);
-  auto zero = std::make_unique<distributed::ZeroRedundancyOptimizer>(net.parameters(), options);
-  ASSERT_EQ(zero->numel(), 63);
-  if (world() > 1) {
-    EXPECT_GT(zero->shard_numel() * world(), zero->numel()) << "the last shard is padded";
+  // With amsgrad the state carries a third buffer, max_exp_avg_sq, gathered and sharded alike.
+  for (bool amsgrad : {false, true}) {
+    SCOPED_TRACE(amsgrad ? "amsgrad" : "plain");
+    const optim::AdamWOptions options{.lr = 2e-2, .weight_decay = 0.1, .amsgrad = amsgrad};
+    manual_seed(31);
+    Odd ref;
+    ref.to(DType::f64);
+    optim::AdamW ref_opt(ref.parameters(), options);
+    manual_seed(31);
+    Odd net;
+    net.to(DType::f64);
+    auto zero = std::make_unique<distributed::ZeroRedundancyOptimizer>(net.parameters(), options);
+    ASSERT_EQ(zero->numel(), 63);
+    if (world() > 1) {
+      EXPECT_GT(zero->shard_numel() * world(), zero->numel()) << "the last shard is padded";
+    }
+    train(ref, [&] { ref_opt.zero_grad(); }, [&] { ref_opt.step(); }, 0, 3, false);
+    train(net, [&] { zero->zero_grad(); }, [&] { zero->step(); }, 0, 3, true);
+    EXPECT_LT(max_param_diff(net, ref), 1e-12);
+    // The state dict: AdamW's keys and values, on every rank.
+    const StateDict zsd = zero->state_dict();
+    const StateDict rsd = ref_opt.state_dict();
+    EXPECT_EQ(zsd.keys(), rsd.keys());
+    for (const auto& [key, value] : rsd) {
+      ASSERT_TRUE(zsd.contains(key)) << key;
+      EXPECT_EQ(zsd.at(key).sizes(), value.sizes()) << key;
+      EXPECT_LT(max_abs_diff(zsd.at(key), value), 1e-12) << key;
+    }
+    // Resume: a new module from the saved weights and a new ZeRO from the saved state.
+    const StateDict weights = net.state_dict();
+    zero.reset();
+    manual_seed(99);
+    Odd resumed;
+    resumed.to(DType::f64);
+    resumed.load_state_dict(weights);
+    distributed::ZeroRedundancyOptimizer zero2(resumed.parameters(), options);
+    zero2.load_state_dict(zsd);
+    EXPECT_EQ(zero2.local_optimizer().state_step(0), 3);
+    train(ref, [&] { ref_opt.zero_grad(); }, [&] { ref_opt.step(); }, 3, 6, false);
+    train(resumed, [&] { zero2.zero_grad(); }, [&] { zero2.step(); }, 3, 6, true);
+    EXPECT_LT(max_param_diff(resumed, ref), 1e-12);
+    // Plain AdamW takes ZeRO's state dict, and the other way round.
+    manual_seed(5);
+    Odd plain;
+    plain.to(DType::f64);
+    optim::AdamW plain_opt(plain.parameters(), options);
+    EXPECT_NO_THROW(plain_opt.load_state_dict(zero2.state_dict()));
+    EXPECT_EQ(plain_opt.state_step(0), 6);
+    EXPECT_LT(max_abs_diff(plain_opt.state(2, "exp_avg_sq"), ref_opt.state(2, "exp_avg_sq")), 1e-12);
+    // A mismatched state dict is refused before anything changes.
+    StateDict bad = ref_opt.state_dict();
+    bad.set_int("state.1.step", 5);
+    const std::string msg = message_of<ValueError>([&] { zero2.load_state_dict(bad); });
+    EXPECT_NE(msg.find("one step count"), std::string::npos) << msg;
+    EXPECT_EQ(zero2.local_optimizer().state_step(0), 6);
   }
-  train(ref, [&] { ref_opt.zero_grad(); }, [&] { ref_opt.step(); }, 0, 3, false);
-  train(net, [&] { zero->zero_grad(); }, [&] { zero->step(); }, 0, 3, true);
-  EXPECT_LT(max_param_diff(net, ref), 1e-12);
-  // The state dict: AdamW's keys and values, on every rank.
-  const StateDict zsd = zero->state_dict();
-  const StateDict rsd = ref_opt.state_dict();
-  EXPECT_EQ(zsd.keys(), rsd.keys());
-  for (const auto& [key, value] : rsd) {
-    ASSERT_TRUE(zsd.contains(key)) << key;
-    EXPECT_EQ(zsd.at(key).sizes(), value.sizes()) << key;
-    EXPECT_LT(max_abs_diff(zsd.at(key), value), 1e-12) << key;
-  }
-  // Resume: a new module from the saved weights and a new ZeRO from the saved state.
-  const StateDict weights = net.state_dict();
-  zero.reset();
-  manual_seed(99);
-  Odd resumed;
-  resumed.to(DType::f64);
-  resumed.load_state_dict(weights);
-  distributed::ZeroRedundancyOptimizer zero2(resumed.parameters(), options);
-  zero2.load_state_dict(zsd);
-  EXPECT_EQ(zero2.local_optimizer().state_step(0), 3);
-  train(ref, [&] { ref_opt.zero_grad(); }, [&] { ref_opt.step(); }, 3, 6, false);
-  train(resumed, [&] { zero2.zero_grad(); }, [&] { zero2.step(); }, 3, 6, true);
-  EXPECT_LT(max_param_diff(resumed, ref), 1e-12);
-  // Plain AdamW takes ZeRO's state dict, and the other way round.
-  manual_seed(5);
-  Odd plain;
-  plain.to(DType::f64);
-  optim::AdamW plain_opt(plain.parameters(), options);
-  EXPECT_NO_THROW(plain_opt.load_state_dict(zero2.state_dict()));
-  EXPECT_EQ(plain_opt.state_step(0), 6);
-  EXPECT_LT(max_abs_diff(plain_opt.state(2, "exp_avg_sq"), ref_opt.state(2, "exp_avg_sq")), 1e-12);
-  // A mismatched state dict is refused before anything changes.
-  StateDict bad = ref_opt.state_dict();
-  bad.set_int("state.1.step", 5);
-  const std::string msg = message_of<ValueError>([&] { zero2.load_state_dict(bad); });
-  EXPECT_NE(msg.find("one step count"), std::string::npos) << msg;
-  EXPECT_EQ(zero2.local_optimizer().state_step(0), 6);
 }
