@@ -321,13 +321,9 @@ fs::path gpt2_files() {
 
 // Runs a command; returns its exit status and puts stdout+stderr in `out`.
 int run_command(const std::string& cmd, std::string& out) {
-  out.clear();
-  FILE* pipe = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!pipe) return -1;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
-  const int status = ::pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  ember::test::ProcessResult r = ember::test::run_command(cmd);
+  out = std::move(r.output);
+  return r.status;
 }
 
 // A shard's tokens, parsed here (not through TokenShards), with its header checked.

@@ -30,13 +30,8 @@ void write_shard(const fs::path& path, size_t n) {
 }
 
 std::pair<int, std::string> run_command(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return {-1, ""};
-  char buf[4096];
-  while (size_t got = fread(buf, 1, sizeof buf, p)) out.append(buf, got);
-  const int raw = pclose(p);
-  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw), out};
+  ember::test::ProcessResult r = ember::test::run_command(cmd);
+  return {r.status, std::move(r.output)};
 }
 
 // metrics.csv's train_loss column.

@@ -34,21 +34,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct ProcessResult {
-  int status;
-  std::string output;
-};
+using ember::test::ProcessResult;
 
 ProcessResult run_char_lstm(const std::string& args) {
-  const std::string cmd = std::string(EMBER_BIN_DIR) + "/char_lstm " + args + " 2>&1";
-  ProcessResult r{-1, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  while (size_t got = fread(buf, 1, sizeof buf, p)) r.output.append(buf, got);
-  const int raw = pclose(p);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-  return r;
+  return ember::test::run_command(std::string(EMBER_BIN_DIR) + "/char_lstm " + args);
 }
 
 fs::path brown_dir() { return fs::path(EMBER_TEST_DATA_DIR) / ".." / ".." / "data" / "brown"; }

@@ -20,31 +20,15 @@ using namespace ember;
 
 namespace {
 
-void write_be32(std::ofstream& f, uint32_t v) {
-  const unsigned char b[4] = {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)};
-  f.write(reinterpret_cast<const char*>(b), 4);
-}
-
 // Class k lights up a 4x4 patch at a k-dependent place, over uniform noise.
 void write_split(const fs::path& dir, const std::string& prefix, int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::ofstream images(dir / (prefix + "-images-idx3-ubyte"), std::ios::binary);
-  std::ofstream labels(dir / (prefix + "-labels-idx1-ubyte"), std::ios::binary);
-  write_be32(images, 2051);
-  write_be32(images, uint32_t(n));
-  write_be32(images, 28);
-  write_be32(images, 28);
-  write_be32(labels, 2049);
-  write_be32(labels, uint32_t(n));
-  for (int i = 0; i < n; ++i) {
+  ember::test::write_mnist_split(dir, prefix, n, seed, [](std::mt19937& rng, std::vector<uint8_t>& px) {
     const int label = int(rng() % 10);
-    std::vector<uint8_t> px(784);
     for (auto& p : px) p = uint8_t(rng() % 64);
     for (int r = 0; r < 4; ++r)
       for (int c = 0; c < 4; ++c) px[size_t((4 + 2 * label + r) * 28 + 4 + 2 * label + c)] = 255;
-    images.write(reinterpret_cast<const char*>(px.data()), 784);
-    labels.put(char(label));
-  }
+    return label;
+  });
 }
 
 std::string read_bytes(const fs::path& p) {

@@ -29,21 +29,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct ProcessResult {
-  int status;
-  std::string output;
-};
+using ember::test::ProcessResult;
 
 ProcessResult run_gpt(const std::string& args) {
-  const std::string cmd = std::string(EMBER_BIN_DIR) + "/gpt " + args + " 2>&1";
-  ProcessResult r{-1, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  while (size_t got = fread(buf, 1, sizeof buf, p)) r.output.append(buf, got);
-  const int raw = pclose(p);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-  return r;
+  return ember::test::run_command(std::string(EMBER_BIN_DIR) + "/gpt " + args);
 }
 
 // An llm.c shard: 256 int32 header (magic, version, count), then uint16 tokens.

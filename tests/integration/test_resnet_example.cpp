@@ -32,49 +32,22 @@ constexpr bool kUnderAsan = false;
 constexpr bool kUnderAsan = false;
 #endif
 
-void write_be32(std::ofstream& f, uint32_t v) {
-  const unsigned char b[4] = {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)};
-  f.write(reinterpret_cast<const char*>(b), 4);
-}
-
 // Class k: a bright 6x6 square at a k-dependent place over noise (learnable in a few steps).
 void write_split(const fs::path& dir, const std::string& prefix, int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::ofstream images(dir / (prefix + "-images-idx3-ubyte"), std::ios::binary);
-  std::ofstream labels(dir / (prefix + "-labels-idx1-ubyte"), std::ios::binary);
-  write_be32(images, 2051);
-  write_be32(images, uint32_t(n));
-  write_be32(images, 28);
-  write_be32(images, 28);
-  write_be32(labels, 2049);
-  write_be32(labels, uint32_t(n));
-  for (int i = 0; i < n; ++i) {
+  ember::test::write_mnist_split(dir, prefix, n, seed, [](std::mt19937& rng, std::vector<uint8_t>& px) {
     const int label = int(rng() % 10);
-    std::vector<uint8_t> px(784);
     for (auto& p : px) p = uint8_t(rng() % 96);
     const int r0 = 2 + 2 * label, c0 = 20 - 2 * label;
     for (int r = 0; r < 6; ++r)
       for (int c = 0; c < 6; ++c) px[size_t((r0 + r) * 28 + c0 + c)] = 255;
-    images.write(reinterpret_cast<const char*>(px.data()), 784);
-    labels.put(char(label));
-  }
+    return label;
+  });
 }
 
-struct ProcessResult {
-  int status = -1;
-  std::string output;
-};
+using ember::test::ProcessResult;
 
 ProcessResult run_resnet(const std::string& args) {
-  const std::string cmd = std::string(EMBER_BIN_DIR) + "/resnet " + args + " 2>&1";
-  ProcessResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  while (size_t got = fread(buf, 1, sizeof buf, p)) r.output.append(buf, got);
-  const int raw = pclose(p);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-  return r;
+  return ember::test::run_command(std::string(EMBER_BIN_DIR) + "/resnet " + args);
 }
 
 double json_number(const std::string& out, const std::string& key) {

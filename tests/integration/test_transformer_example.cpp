@@ -18,21 +18,10 @@
 
 namespace {
 
-struct ProcessResult {
-  int status;
-  std::string output;
-};
+using ember::test::ProcessResult;
 
 ProcessResult run_example(const std::string& args) {
-  const std::string cmd = std::string(EMBER_BIN_DIR) + "/transformer_encoder " + args + " 2>&1";
-  ProcessResult r{-1, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  while (size_t got = fread(buf, 1, sizeof buf, p)) r.output.append(buf, got);
-  const int raw = pclose(p);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-  return r;
+  return ember::test::run_command(std::string(EMBER_BIN_DIR) + "/transformer_encoder " + args);
 }
 
 // The number after `"key": ` in the result line, or -1.

@@ -200,6 +200,39 @@ double result_number(const std::string& output, const std::string& key) {
   if (k == std::string::npos) return NAN;
   return std::strtod(output.c_str() + k + key.size() + 4, nullptr);
 }
+
+ProcessResult run_command(const std::string& command) {
+  ProcessResult r;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  while (size_t got = std::fread(buf, 1, sizeof buf, pipe)) r.output.append(buf, got);
+  const int raw = ::pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+  return r;
+}
+
+namespace {
+void write_be32(std::ofstream& f, uint32_t v) {
+  const unsigned char b[4] = {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)};
+  f.write(reinterpret_cast<const char*>(b), 4);
+}
+}  // namespace
+
+void write_mnist_split(const std::filesystem::path& dir, const std::string& prefix, int n, uint32_t seed,
+                       const DrawImage& draw) {
+  std::mt19937 rng(seed);
+  std::ofstream images(dir / (prefix + "-images-idx3-ubyte"), std::ios::binary);
+  std::ofstream labels(dir / (prefix + "-labels-idx1-ubyte"), std::ios::binary);
+  for (uint32_t v : {2051u, uint32_t(n), 28u, 28u}) write_be32(images, v);  // magic, count, rows, cols
+  for (uint32_t v : {2049u, uint32_t(n)}) write_be32(labels, v);
+  std::vector<uint8_t> px(784);
+  for (int i = 0; i < n; ++i) {
+    const int label = draw(rng, px);
+    images.write(reinterpret_cast<const char*>(px.data()), 784);
+    labels.put(char(label));
+  }
+}
 }  // namespace ember::test
 
 // ---- ONNX Runtime (tests/support/onnx_runtime.h) ----
@@ -216,16 +249,6 @@ fs::path onnxruntime_modules() {
   const char* env = std::getenv("EMBER_DATA_DIR");
   const fs::path data = env && *env ? fs::path(env) : repo_root() / "data";
   return data / "onnxruntime" / "node_modules";
-}
-
-int run_shell(const std::string& cmd, std::string& out) {
-  out.clear();
-  FILE* pipe = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!pipe) return -1;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
-  const int status = ::pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 const char* ort_dtype(DType t) {
@@ -252,17 +275,17 @@ DType from_ort_dtype(const std::string& s) {
 }  // namespace
 
 std::string onnxruntime_missing() {
-  std::string out;
-  if (run_shell("node --version", out) != 0) return "node is not installed (Debian: nodejs)";
+  if (run_command("node --version").status != 0) return "node is not installed (Debian: nodejs)";
   if (!fs::exists(onnxruntime_modules() / "onnxruntime-node" / "package.json"))
     return "onnxruntime-node is missing: run bash scripts/fetch_data.sh onnxruntime";
   return {};
 }
 
 int run_node_script(const std::string& script, const std::string& args, std::string& output) {
-  return run_shell("NODE_PATH='" + onnxruntime_modules().string() + "' node '" + (repo_root() / script).string() +
-                       "' " + args,
-                   output);
+  ProcessResult r =
+      run_command("NODE_PATH='" + onnxruntime_modules().string() + "' node '" + (repo_root() / script).string() + "' " + args);
+  output = std::move(r.output);
+  return r.status;
 }
 
 OnnxRun run_onnxruntime(const std::string& model, const std::vector<std::pair<std::string, Tensor>>& inputs) {

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -63,6 +67,22 @@ Fixture load_fixture(const std::string& file, const std::string& name);
 
 // The number under `key` in the `result: {json}` line of a program's output (NaN if none).
 double result_number(const std::string& output, const std::string& key);
+
+// A finished program: its exit status (128 + the signal when one ended it, -1 when it could not
+// start) and everything it printed, stderr joined to stdout.
+struct ProcessResult {
+  int status = -1;
+  std::string output;
+};
+// Runs `command` through the shell (`command 2>&1`) and waits for it.
+ProcessResult run_command(const std::string& command);
+
+// One split of an MNIST-format data set for the example tests: <prefix>-images-idx3-ubyte and
+// <prefix>-labels-idx1-ubyte in `dir`, n images of 28x28. draw(rng, pixels) fills one image's 784
+// pixels and returns its label; every image draws from the one generator, seeded with `seed`.
+using DrawImage = std::function<int(std::mt19937& rng, std::vector<uint8_t>& pixels)>;
+void write_mnist_split(const std::filesystem::path& dir, const std::string& prefix, int n, uint32_t seed,
+                       const DrawImage& draw);
 
 // The message of the E that f() throws, or a description of what happened instead.
 template <class E, class F>

@@ -13,22 +13,10 @@
 #endif
 
 namespace {
-struct InfoRun {
-  int status = -1;
-  std::string output;  // stdout and stderr together
-};
+using InfoRun = ember::test::ProcessResult;
 
 InfoRun run_info(const std::string& args) {
-  const std::string cmd = std::string(EMBER_BIN_DIR) + "/ember-info " + args + " 2>&1";
-  InfoRun r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  const int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
+  return ember::test::run_command(std::string(EMBER_BIN_DIR) + "/ember-info " + args);
 }
 
 bool contains(const std::string& s, const std::string& part) {
