@@ -40,9 +40,7 @@ void fwd(const Tensor& logits, const Tensor& target, const Tensor& loss, const T
   int64_t kept = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t t = int64_t(tp[i * ts]);
-    EMBER_CHECK(t == ignore || (t >= 0 && t < classes), IndexError, "[linear_cross_entropy] target ", t,
-                " at position ", i, " is out of bounds for ", classes, " classes (expected 0 <= target < ",
-                classes, ", or ignore_index ", ignore, ")");
+    check_class_target("linear_cross_entropy", t, i, classes, ignore);
     kept += t != ignore;
   }
   std::vector<double> row_loss(size_t(n), 0.0);

@@ -324,13 +324,8 @@ int64_t target_at(const T* t, int64_t i, int64_t stride) {
 }
 
 template <class T>
-void check_targets(const T* tp, int64_t n, int64_t stride, int64_t classes, int64_t ignore) {
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t t = target_at(tp, i, stride);
-    EMBER_CHECK(t == ignore || (t >= 0 && t < classes), IndexError, "[cross_entropy] target ", t,
-                " at position ", i, " is out of bounds for ", classes,
-                " classes (expected 0 <= target < ", classes, ", or ignore_index ", ignore, ")");
-  }
+void check_targets(const char* op, const T* tp, int64_t n, int64_t stride, int64_t classes, int64_t ignore) {
+  for (int64_t i = 0; i < n; ++i) check_class_target(op, target_at(tp, i, stride), i, classes, ignore);
 }
 
 template <class T>
@@ -349,7 +344,7 @@ void cross_entropy_fwd(const Tensor& logits, const Tensor& target, const Tensor&
   const S* lp = logits.data_ptr<S>();
   const T* tp = target.data_ptr<T>();
   const int64_t ts = target.strides()[0];
-  check_targets(tp, n, ts, classes, p.ignore_index);
+  check_targets("cross_entropy", tp, n, ts, classes, p.ignore_index);
   C* maxp = row_max.data_ptr<C>();
   C* lsp = log_sum.data_ptr<C>();
   const bool none = p.reduction == LossReduction::none;
@@ -654,13 +649,7 @@ void layer_norm_bwd_kernel(const Tensor& grad, const Tensor& x, const Tensor& we
 void check_class_targets_kernel(const Tensor& target, int64_t classes, int64_t ignore_index, const char* op) {
   visit_target(target.dtype(), op, [&](auto ttag) {
     using T = decltype(ttag);
-    const T* t = static_cast<const T*>(target.data_ptr());
-    for (int64_t i = 0; i < target.numel(); ++i) {
-      const int64_t v = int64_t(t[i]);
-      EMBER_CHECK(v == ignore_index || (v >= 0 && v < classes), IndexError, "[", op, "] target ", v, " at position ",
-                  i, " is out of bounds for ", classes, " classes (expected 0 <= target < ", classes,
-                  ", or ignore_index ", ignore_index, ")");
-    }
+    check_targets(op, static_cast<const T*>(target.data_ptr()), target.numel(), 1, classes, ignore_index);
   });
 }
 

@@ -21,4 +21,13 @@ void visit_target(DType t, const char* op, F&& f) {
   }
 }
 
+// Throws IndexError unless target t, at position i, is a class index or ignore_index: one message
+// for every loss that takes class targets (core/cuda/device_checks.cpp words a CUDA fault of kind
+// target_out_of_bounds the same way).
+inline void check_class_target(const char* op, int64_t t, int64_t i, int64_t classes, int64_t ignore_index) {
+  EMBER_CHECK(t == ignore_index || (t >= 0 && t < classes), IndexError, "[", op, "] target ", t, " at position ", i,
+              " is out of bounds for ", classes, " classes (expected 0 <= target < ", classes, ", or ignore_index ",
+              ignore_index, ")");
+}
+
 }  // namespace ember::ops
