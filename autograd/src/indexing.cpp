@@ -183,13 +183,14 @@ Tensor diagonal_view(const Tensor& x, int64_t k, int64_t d1 = 0, int64_t d2 = 1)
   return ember::detail::make_view(x, sizes, strides, x.storage_offset() + off);
 }
 
-Tensor diag_backward(const Tensor& g, int64_t k, const Shape& sizes) {
+// Zeros of `sizes` with g on diagonal k of dims d1, d2: the VJP of diagonal(), and diag() of a
+// vector. Recorded: its own VJP is the diagonal of its gradient.
+Tensor diagonal_scatter(const Tensor& g, int64_t k, int64_t d1, int64_t d2, const Shape& sizes) {
   Tensor z = ember::detail::make_tensor(sizes, g.dtype(), g.device());
   ops::fill_(z, 0);
-  ops::copy_(diagonal_view(z, k), g);
-  return record("diag_backward", z, {g}, [k](const Tensor& gg) -> TensorList {
-    return {diag(gg, k)};
-  });
+  ops::copy_(diagonal_view(z, k, d1, d2), g);
+  return record("diagonal_scatter", z, {g},
+                [k, d1, d2](const Tensor& gg) -> TensorList { return {diagonal(gg, k, d1, d2)}; });
 }
 
 void check_bitwise(const char* op, const Tensor& a) {
@@ -535,15 +536,11 @@ TensorList unbind(const Tensor& x, int64_t dim) {
 Tensor diag(const Tensor& x, int64_t diagonal) {
   ember::detail::check_defined("diag", x);
   EMBER_CHECK(x.dim() == 1 || x.dim() == 2, ShapeError, "[diag] expects a 1-D or 2-D tensor, got shape ", x.sizes());
-  if (x.dim() == 2)  // a copy, as torch.diag returns (torch.diagonal would be the view)
-    return clone(record("diag", diagonal_view(x, diagonal), {x},
-                        [diagonal, in = x.sizes()](const Tensor& g) -> TensorList {
-                          return {diag_backward(g, diagonal, in)};
-                        }));
+  if (x.dim() == 2) return clone(ember::diagonal(x, diagonal));  // a copy, as torch.diag returns
   // A vector onto the diagonal of a square matrix: diag of that matrix is the vector again,
-  // so this is the (recorded) transpose of the view above.
+  // so this is the (recorded) transpose of the view.
   const int64_t n = x.sizes()[0] + (diagonal < 0 ? -diagonal : diagonal);
-  return diag_backward(x, diagonal, {n, n});
+  return diagonal_scatter(x, diagonal, 0, 1, {n, n});
 }
 
 Tensor diagonal(const Tensor& x, int64_t offset, int64_t dim1, int64_t dim2) {
@@ -551,15 +548,10 @@ Tensor diagonal(const Tensor& x, int64_t offset, int64_t dim1, int64_t dim2) {
   EMBER_CHECK(x.dim() >= 2, ShapeError, "[diagonal] needs a tensor of at least 2 dims, got shape ", x.sizes());
   const int64_t d1 = wrap_dim(dim1, x.dim(), "diagonal"), d2 = wrap_dim(dim2, x.dim(), "diagonal");
   EMBER_CHECK(d1 != d2, ValueError, "[diagonal] dim1 and dim2 are both dim ", d1, ": they must differ");
-  Tensor result = record(
-      "diagonal", diagonal_view(x, offset, d1, d2), {x}, [offset, d1, d2, in = x.sizes()](const Tensor& g) -> TensorList {
-        Tensor z = ember::detail::make_tensor(in, g.dtype(), g.device());
-        ops::fill_(z, 0);
-        ops::copy_(diagonal_view(z, offset, d1, d2), g);
-        // Recorded: the gradient of this scatter is the diagonal of its gradient.
-        return {record("diagonal_backward", z, {g},
-                       [offset, d1, d2](const Tensor& gg) -> TensorList { return {diagonal(gg, offset, d1, d2)}; })};
-      });
+  Tensor result = record("diagonal", diagonal_view(x, offset, d1, d2), {x},
+                         [offset, d1, d2, in = x.sizes()](const Tensor& g) -> TensorList {
+                           return {diagonal_scatter(g, offset, d1, d2, in)};
+                         });
   EMBER_TRACE(result, "diagonal", {x}, {{"offset", offset}, {"dim1", d1}, {"dim2", d2}});
   return result;
 }
