@@ -22,13 +22,7 @@ namespace {
 
 // Class k lights up a 4x4 patch at a k-dependent place, over uniform noise.
 void write_split(const fs::path& dir, const std::string& prefix, int n, uint32_t seed) {
-  ember::test::write_mnist_split(dir, prefix, n, seed, [](std::mt19937& rng, std::vector<uint8_t>& px) {
-    const int label = int(rng() % 10);
-    for (auto& p : px) p = uint8_t(rng() % 64);
-    for (int r = 0; r < 4; ++r)
-      for (int c = 0; c < 4; ++c) px[size_t((4 + 2 * label + r) * 28 + 4 + 2 * label + c)] = 255;
-    return label;
-  });
+  ember::test::write_mnist_split(dir, prefix, n, seed, ember::test::square_per_class(64, 4, 4));
 }
 
 std::string read_bytes(const fs::path& p) {

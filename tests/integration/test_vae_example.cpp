@@ -24,13 +24,7 @@ namespace {
 
 // Faint noise with a bright 6x6 square at a label-dependent place: a structure to learn.
 void write_split(const fs::path& dir, const std::string& prefix, int n, uint32_t seed) {
-  ember::test::write_mnist_split(dir, prefix, n, seed, [](std::mt19937& rng, std::vector<uint8_t>& px) {
-    const int label = int(rng() % 10);
-    for (auto& p : px) p = uint8_t(rng() % 32);
-    for (int r = 0; r < 6; ++r)
-      for (int c = 0; c < 6; ++c) px[size_t((3 + 2 * label + r) * 28 + 3 + 2 * label + c)] = 255;
-    return label;
-  });
+  ember::test::write_mnist_split(dir, prefix, n, seed, ember::test::square_per_class(32, 6, 3));
 }
 
 using ember::test::ProcessResult;

@@ -219,6 +219,17 @@ void write_be32(std::ofstream& f, uint32_t v) {
 }
 }  // namespace
 
+DrawImage square_per_class(int noise, int side, int corner) {
+  return [=](std::mt19937& rng, std::vector<uint8_t>& px) {
+    const int label = int(rng() % 10);
+    for (auto& p : px) p = uint8_t(rng() % unsigned(noise));
+    const int at = corner + 2 * label;
+    for (int r = 0; r < side; ++r)
+      for (int c = 0; c < side; ++c) px[size_t((at + r) * 28 + at + c)] = 255;
+    return label;
+  };
+}
+
 void write_mnist_split(const std::filesystem::path& dir, const std::string& prefix, int n, uint32_t seed,
                        const DrawImage& draw) {
   std::mt19937 rng(seed);

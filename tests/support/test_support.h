@@ -83,6 +83,9 @@ ProcessResult run_command(const std::string& command);
 using DrawImage = std::function<int(std::mt19937& rng, std::vector<uint8_t>& pixels)>;
 void write_mnist_split(const std::filesystem::path& dir, const std::string& prefix, int n, uint32_t seed,
                        const DrawImage& draw);
+// Images whose label is visible: a uniform label, noise in [0, noise), and a side x side square
+// of 255 with its corner at (corner + 2 * label, corner + 2 * label).
+DrawImage square_per_class(int noise, int side, int corner);
 
 // The message of the E that f() throws, or a description of what happened instead.
 template <class E, class F>
