@@ -1,6 +1,7 @@
 #include "ember/storage.h"
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
@@ -113,6 +114,16 @@ void small_free(void* p, size_t nbytes) noexcept {
 // step allocates the same activation and gradient sizes every step, and without the cache
 // each of them is a fresh mmap whose first touch page-faults (10-15% of an MNIST MLP step
 // went to the kernel zeroing pages). release_cached_host_memory() frees the large ones.
+// cpu_memory_stats(): live bytes and their peak, updated on every CPU allocation (relaxed
+// atomics: a counter, not a synchronization; the peak is raised by compare-and-swap).
+std::atomic<int64_t> g_cpu_allocated{0}, g_cpu_peak{0};
+void count_cpu_bytes(int64_t delta) noexcept {
+  const int64_t now = g_cpu_allocated.fetch_add(delta, std::memory_order_relaxed) + delta;
+  int64_t peak = g_cpu_peak.load(std::memory_order_relaxed);
+  while (now > peak && !g_cpu_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
@@ -128,11 +139,13 @@ class CpuAllocator final : public Allocator {
     }
     EMBER_CHECK(p != nullptr, OutOfMemoryError, "[allocate] cannot allocate ", uint64_t(nbytes),
                 " bytes of host memory");
+    count_cpu_bytes(int64_t(nbytes));
     return p;
   }
   void deallocate(void* ptr, size_t nbytes) override {
     if (ptr == nullptr) return;
     profiler::detail::note_host_alloc(-int64_t(nbytes));
+    count_cpu_bytes(-int64_t(nbytes));
     if (nbytes <= kMaxSmall) {
       small_free(ptr, nbytes);
       return;
@@ -188,6 +201,12 @@ CpuAllocator& cpu_allocator() {
 }  // namespace
 
 void release_cached_host_memory() { cpu_allocator().release_large(); }
+
+CpuMemoryStats cpu_memory_stats() {
+  return {g_cpu_allocated.load(std::memory_order_relaxed), g_cpu_peak.load(std::memory_order_relaxed)};
+}
+
+void reset_peak_cpu_memory_stats() { g_cpu_peak.store(g_cpu_allocated.load(std::memory_order_relaxed), std::memory_order_relaxed); }
 
 namespace detail {
 

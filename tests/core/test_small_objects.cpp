@@ -92,3 +92,28 @@ TEST(SmallObjects, TensorsBuiltOnThemWorkAcrossThreads) {
   for (int i = 0; i < 100; ++i) (x * 2.0).sum().backward();
   EXPECT_EQ(x.grad().to_vector<double>(), std::vector<double>(4, 200.0));
 }
+
+// cpu_memory_stats counts the bytes tensors asked for while they live (small blocks from the
+// lists and large cached ones alike), and the peak since the last reset.
+TEST(CpuMemoryStats, LiveBytesAndPeakFollowTensors) {
+  release_cached_host_memory();
+  reset_peak_cpu_memory_stats();
+  const CpuMemoryStats before = cpu_memory_stats();
+  EXPECT_EQ(before.peak_allocated_bytes, before.allocated_bytes);
+  {
+    Tensor big = empty({1 << 18}, DType::f32);  // 1 MiB: a large block
+    Tensor small = empty({10}, DType::f64);     // 80 B: a small one
+    const CpuMemoryStats during = cpu_memory_stats();
+    EXPECT_EQ(during.allocated_bytes - before.allocated_bytes, (1 << 20) + 80);
+    EXPECT_EQ(during.peak_allocated_bytes, during.allocated_bytes);
+  }
+  const CpuMemoryStats after = cpu_memory_stats();
+  EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);  // the block cache does not count
+  EXPECT_EQ(after.peak_allocated_bytes, before.allocated_bytes + (1 << 20) + 80);
+  {
+    Tensor again = empty({1 << 18}, DType::f32);  // from the cache this time: counted the same
+    EXPECT_EQ(cpu_memory_stats().allocated_bytes, before.allocated_bytes + (1 << 20));
+  }
+  reset_peak_cpu_memory_stats();
+  EXPECT_EQ(cpu_memory_stats().peak_allocated_bytes, before.allocated_bytes);
+}

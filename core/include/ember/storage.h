@@ -26,6 +26,18 @@ Allocator* allocator_for(Device device);
 // to 1 GiB of freed blocks so that a training step does not page-fault on fresh memory).
 void release_cached_host_memory();
 
+// The CPU allocator's counters (torch.cuda.memory_stats's two main ones, for host memory):
+// bytes of CPU tensor storage (and of the workspaces ops take from the same allocator) live
+// now, and the most live at once since the start or the last reset_peak_cpu_memory_stats().
+// Counted at request sizes, with or without the block cache; one process-wide pair.
+struct CpuMemoryStats {
+  int64_t allocated_bytes = 0;
+  int64_t peak_allocated_bytes = 0;
+};
+CpuMemoryStats cpu_memory_stats();
+// Sets the peak to what is live now: the peak of a stretch of code (one training step).
+void reset_peak_cpu_memory_stats();
+
 namespace detail {
 // Blocks for the small fixed-size objects every op creates and destroys (a tensor's impl and
 // its storage header, each with its shared_ptr control block). A freed block goes to a free
