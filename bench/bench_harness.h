@@ -22,6 +22,32 @@
 
 namespace ember::bench {
 
+// Resident memory of this process from /proc/self/status (Linux): field "VmRSS" is now,
+// "VmHWM" the peak since the start or the last reset_peak_rss(); 0 where unreadable. The
+// peers read the same fields (bench/peers/peer_harness.py), so the two sides' peaks of one
+// step compare like for like (the interpreter and libtorch's resident code included).
+inline int64_t proc_status_bytes(const char* field) {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  long long kb = 0;
+  const std::string prefix = std::string(field) + ":";
+  while (std::fgets(line, sizeof line, f))
+    if (std::string(line).rfind(prefix, 0) == 0) {
+      std::sscanf(line + prefix.size(), "%lld", &kb);
+      break;
+    }
+  std::fclose(f);
+  return int64_t(kb) * 1024;
+}
+// Starts VmHWM over from the current RSS (Linux >= 4.0: "5" to /proc/self/clear_refs).
+inline void reset_peak_rss() {
+  if (FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", f);
+    std::fclose(f);
+  }
+}
+
 // The true median (the mean of the middle two for an even count), unlike gpu_timing.h's
 // upper median: the CPU benches and their peers (statistics.median) compute the same number.
 inline double median_of(std::vector<double> v) {

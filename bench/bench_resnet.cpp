@@ -128,6 +128,21 @@ int main(int argc, char** argv) {
               a.device_name.c_str(), amp_mode.c_str(), cudnn_benchmark ? " cudnn-benchmark" : "", (long long)batch,
               threads, ember_rate, 1e3 * seconds / double(steps), dev.is_cuda() ? " of the host's time to issue" : "",
               median(fwd_ms), median(bwd_ms), median(opt_ms), loss.item<double>());
+  // The memory of one more step (CPU): the process's peak resident set (reset at the step's
+  // start) and the peak of ember's live tensor and workspace bytes above the step's start.
+  double ember_peak_rss_mb = 0, ember_rss_start_mb = 0, ember_tensor_peak_mb = 0;
+  if (!dev.is_cuda()) {
+    ember_rss_start_mb = double(bench::proc_status_bytes("VmRSS")) / 1e6;
+    bench::reset_peak_rss();
+    reset_peak_cpu_memory_stats();
+    const int64_t live = cpu_memory_stats().allocated_bytes;
+    step(warmup + steps, false);
+    ember_peak_rss_mb = double(bench::proc_status_bytes("VmHWM")) / 1e6;
+    ember_tensor_peak_mb = double(cpu_memory_stats().peak_allocated_bytes - live) / 1e6;
+    std::printf("ember  memory of one step: peak RSS %.1f MB (%.1f MB at its start); tensors and workspaces "
+                "live at the peak: %.1f MB above the start\n",
+                ember_peak_rss_mb, ember_rss_start_mb, ember_tensor_peak_mb);
+  }
   if (profile_steps > 0) {
     profiler::Profiler prof;
     prof.start();
@@ -139,7 +154,7 @@ int main(int argc, char** argv) {
   }
   std::fflush(stdout);
 
-  double peer_rate = 0;
+  double peer_rate = 0, peer_peak_rss_mb = 0;
   std::string peer_version = "none", peer_env, peer_blas = "unknown";
   if (!a.no_peer) {
     const std::string args = " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup) +
@@ -162,6 +177,12 @@ int main(int argc, char** argv) {
           if (rate > peer_rate) peer_rate = rate, peer_version = version, peer_env = env;
           return true;
         }
+        double peak_mb = 0, start_mb = 0;
+        if (std::sscanf(line, "peer_memory: %lf %lf", &peak_mb, &start_mb) == 2) {
+          std::printf("torch  memory of one step: peak RSS %.1f MB (%.1f MB at its start)\n", peak_mb, start_mb);
+          peer_peak_rss_mb = std::max(peer_peak_rss_mb, peak_mb);
+          return true;
+        }
         if (std::sscanf(line, "peer_blas: %63s", blas) == 1) peer_blas = blas;  // and echoed
         return false;
       }, env);
@@ -172,9 +193,10 @@ int main(int argc, char** argv) {
   std::printf("result: {\"bench\": \"resnet_train\", \"device\": \"%s\", \"dtype\": \"f32\", \"amp\": \"%s\", "
               "\"cudnn_benchmark\": %s, \"batch\": %lld, \"threads\": %d, \"ember_images_per_s\": %.1f, \"peer_images_per_s\": %.1f, \"ratio\": %.3f, "
               "\"ember_fwd_ms\": %.3f, \"ember_bwd_ms\": %.3f, \"ember_opt_ms\": %.3f, \"peer\": \"torch %s%s\", "
-              "\"peer_blas\": \"%s\"}\n",
+              "\"peer_blas\": \"%s\", \"ember_peak_rss_mb\": %.1f, \"ember_step_tensor_peak_mb\": %.1f, "
+              "\"peer_peak_rss_mb\": %.1f}\n",
               a.device_name.c_str(), amp_mode.c_str(), cudnn_benchmark ? "true" : "false", (long long)batch, threads, ember_rate, peer_rate, peer_rate > 0 ? ember_rate / peer_rate : 0.0,
               median(fwd_ms), median(bwd_ms), median(opt_ms), peer_version.c_str(), peer_env.c_str(),
-              peer_blas.c_str());
+              peer_blas.c_str(), ember_peak_rss_mb, ember_tensor_peak_mb, peer_peak_rss_mb);
   return 0;
 }

@@ -8,6 +8,8 @@
 #   EMBER_SKIP_APT=1 bash scripts/setup.sh      # never touch packages, just build
 #   (build options: see scripts/build.sh)
 #
+# libdnnl-dev is oneDNN 2.x, one of the CPU convolution backends (ops/cpu/onednn.h); like
+# libonnx-dev and libpng-dev it is optional to the build (CMake goes without it).
 # CUDA is not installed here: the build enables it by itself when nvcc is found
 # (/usr/local/cuda/bin/nvcc or on PATH). npm is installed by scripts/fetch_data.sh, which
 # alone needs it.
@@ -17,7 +19,7 @@ source "$here/_common.sh"
 
 packages=(build-essential cmake ninja-build ccache libeigen3-dev libgtest-dev googletest
           nlohmann-json3-dev libcli11-dev libopenmpi-dev openmpi-bin python3 python3-numpy zlib1g-dev
-          libpcre2-dev libonnx-dev libprotobuf-dev libpng-dev)
+          libpcre2-dev libonnx-dev libprotobuf-dev libpng-dev libdnnl-dev)
 
 if [[ "${EMBER_SKIP_APT:-0}" != 1 ]]; then
   if command -v dpkg-query >/dev/null 2>&1; then

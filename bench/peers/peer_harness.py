@@ -79,3 +79,26 @@ def run_fwd_bwd_cases(cases, a):
         f = time_calls(fwd, a.device, a.steps, a.warmup)
         fb = time_calls(fwd_bwd, a.device, a.steps, a.warmup)
         print("peer: %s %.4f %.4f %s" % (name, f, fb, torch.__version__), flush=True)
+
+
+def proc_status_bytes(field):
+    """This process's resident memory from /proc/self/status ("VmRSS" now, "VmHWM" the peak
+    since the start or reset_peak_rss()), in bytes; 0 where unreadable. bench_harness.h reads
+    the same fields for ember."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def reset_peak_rss():
+    """Starts VmHWM over from the current RSS (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass

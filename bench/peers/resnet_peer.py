@@ -27,6 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import peer_blas  # bench/peers/peer_blas.py: which BLAS this torch runs on
+from peer_harness import proc_status_bytes, reset_peak_rss  # bench/peers/peer_harness.py
 
 
 class BasicBlock(nn.Module):
@@ -124,6 +125,11 @@ def main():
 
     print("peer: %.1f %.4f %s %d %.3f %.3f %.3f" % (args.steps * b / seconds, seconds, torch.__version__, args.threads,
                                                    med(fwd), med(bwd), med(upd)))
+    if dev.type == "cpu":  # one more step's peak resident set, as bench_resnet measures ember's
+        start = proc_status_bytes("VmRSS")
+        reset_peak_rss()
+        step(args.warmup + args.steps, False)
+        print("peer_memory: %.1f %.1f" % (proc_status_bytes("VmHWM") / 1e6, start / 1e6))
     peer_blas.report(args.device)
 
 

@@ -73,14 +73,22 @@ void check_grad_shape(const char* op, const Tensor& grad, const Shape& expected)
 }  // namespace
 
 namespace {
-std::atomic<bool> g_conv_winograd{[] {
-  const char* env = std::getenv("EMBER_CONV_WINOGRAD");
+// An environment switch that defaults on: off only when the variable is "0".
+bool env_not_zero(const char* name) {
+  const char* env = std::getenv(name);
   return !(env && std::string(env) == "0");
-}()};
+}
+std::atomic<bool> g_conv_winograd{env_not_zero("EMBER_CONV_WINOGRAD")};
+std::atomic<bool> g_conv_onednn{env_not_zero("EMBER_CONV_ONEDNN")};
+std::atomic<bool> g_conv_autotune{env_not_zero("EMBER_CONV_AUTOTUNE")};
 }  // namespace
 
 void set_conv_winograd(bool allow) { g_conv_winograd.store(allow, std::memory_order_relaxed); }
 bool conv_winograd() { return g_conv_winograd.load(std::memory_order_relaxed); }
+void set_conv_onednn(bool allow) { g_conv_onednn.store(allow, std::memory_order_relaxed); }
+bool conv_onednn() { return g_conv_onednn.load(std::memory_order_relaxed); }
+void set_conv_autotune(bool on) { g_conv_autotune.store(on, std::memory_order_relaxed); }
+bool conv_autotune() { return g_conv_autotune.load(std::memory_order_relaxed); }
 
 namespace {
 std::atomic<int64_t> g_cudnn_workspace_limit{[] {

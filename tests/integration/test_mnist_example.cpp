@@ -113,15 +113,19 @@ TEST_F(MnistExample, ExportedModelsScoreTheSameInOnnxRuntime) {
   }
 }
 
+// --deterministic: each process would otherwise measure its own choice of convolution
+// algorithm per shape (ops::set_conv_autotune, as PyTorch's cudnn.benchmark), and two choices
+// differ in the last bits.
 TEST_F(MnistExample, ResumedRunIsBitIdenticalToAnUninterruptedOne) {
   const auto whole = root_ / "whole", parts = root_ / "parts";
-  ProcessResult a = run_mnist(common() + "--model cnn --epochs 2 --checkpoint " + whole.string());
+  const std::string run = common() + "--model cnn --epochs 2 --deterministic ";
+  ProcessResult a = run_mnist(run + "--checkpoint " + whole.string());
   ASSERT_EQ(a.status, 0) << a.output;
   // Stop after 13 steps (mid-epoch 2), then resume to the end.
-  ProcessResult b1 = run_mnist(common() + "--model cnn --epochs 2 --max-steps 13 --checkpoint " + parts.string());
+  ProcessResult b1 = run_mnist(run + "--max-steps 13 --checkpoint " + parts.string());
   ASSERT_EQ(b1.status, 0) << b1.output;
   ASSERT_EQ(read_bytes(parts / "latest"), "step-00000013\n");
-  ProcessResult b2 = run_mnist(common() + "--model cnn --epochs 2 --resume --checkpoint " + parts.string());
+  ProcessResult b2 = run_mnist(run + "--resume --checkpoint " + parts.string());
   ASSERT_EQ(b2.status, 0) << b2.output;
   EXPECT_NE(b2.output.find("resumed from"), std::string::npos) << b2.output;
   const std::string m_whole = read_bytes(whole / "step-00000020" / "model.safetensors");

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ember/deterministic.h"
 #include "ember/ops/conv.h"
 #include "ember/ops/matmul_config.h"
 #include "support/test_support.h"
@@ -122,40 +123,50 @@ ops::Conv2dParams params(const ConvCase& c) { return {c.stride, c.padding, c.dil
 
 }  // namespace
 
+// Every CPU algorithm (Note [CPU convolution algorithms]): each forced in turn (where a shape
+// is not its kind it falls back to im2col), then the measured choice.
+const std::vector<std::string> kCpuConvAlgorithms = {"im2col", "winograd", "onednn", "auto"};
+
 TEST(Conv2d, ForwardMatchesDirectLoop) {
-  for (DType dt : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
-    for (const ConvCase& c : kConvCases) {
-      SCOPED_TRACE(label(c) + " " + dtype_name(dt));
-      DirectConv ref(c);
-      Tensor x = randn({c.N, c.C, c.H, c.W}, DType::f64).to(dt);
-      Tensor w = randn({c.O, c.C / c.groups, c.kh, c.kw}, DType::f64).to(dt);
-      Tensor b = c.bias ? randn({c.O}, DType::f64).to(dt) : Tensor();
-      Tensor y = conv2d(x, w, b, c.stride, c.padding, c.dilation, c.groups);
-      ASSERT_EQ(y.sizes(), ref.y_shape());
-      EXPECT_EQ(y.dtype(), dt);
-      Tol t = tol_for(dt);
-      EXPECT_TRUE(test::all_close(y, ref.forward(x, w, b), t.rtol, t.atol));
+  for (const std::string& algorithm : kCpuConvAlgorithms) {
+    for (DType dt : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
+      for (const ConvCase& c : kConvCases) {
+        SCOPED_TRACE(label(c) + " " + dtype_name(dt) + " " + algorithm);
+        test::CpuConvAlgorithm setting(algorithm);
+        DirectConv ref(c);
+        Tensor x = randn({c.N, c.C, c.H, c.W}, DType::f64).to(dt);
+        Tensor w = randn({c.O, c.C / c.groups, c.kh, c.kw}, DType::f64).to(dt);
+        Tensor b = c.bias ? randn({c.O}, DType::f64).to(dt) : Tensor();
+        Tensor y = conv2d(x, w, b, c.stride, c.padding, c.dilation, c.groups);
+        ASSERT_EQ(y.sizes(), ref.y_shape());
+        EXPECT_EQ(y.dtype(), dt);
+        Tol t = tol_for(dt);
+        EXPECT_TRUE(test::all_close(y, ref.forward(x, w, b), t.rtol, t.atol));
+      }
     }
   }
 }
 
 TEST(Conv2d, BackwardKernelsMatchDirectLoops) {
-  for (DType dt : {DType::f64, DType::f32, DType::bf16}) {
-    for (const ConvCase& c : kConvCases) {
-      SCOPED_TRACE(label(c) + " " + dtype_name(dt));
-      DirectConv ref(c);
-      Tensor x = randn({c.N, c.C, c.H, c.W}, DType::f64).to(dt);
-      Tensor w = randn({c.O, c.C / c.groups, c.kh, c.kw}, DType::f64).to(dt);
-      Tensor dy = randn(ref.y_shape(), DType::f64).to(dt);
-      Tol t = tol_for(dt);
-      EXPECT_TRUE(test::all_close(ops::conv2d_backward_input(dy, w, x.sizes(), params(c)), ref.grad_input(dy, w),
-                                  t.rtol, t.atol));
-      EXPECT_TRUE(test::all_close(ops::conv2d_backward_weight(dy, x, w.sizes(), params(c)),
-                                  ref.grad_weight(dy, x), t.rtol, 4 * t.atol));
-      // db = dy summed over N, H, W.
-      std::vector<double> gv = dy.to_vector<double>(), db(size_t(c.O), 0.0);
-      for (size_t i = 0; i < gv.size(); ++i) db[(i / size_t(ref.Ho * ref.Wo)) % size_t(c.O)] += gv[i];
-      EXPECT_TRUE(test::all_close(ops::conv2d_backward_bias(dy), db, t.rtol, 4 * t.atol));
+  for (const std::string& algorithm : kCpuConvAlgorithms) {
+    for (DType dt : {DType::f64, DType::f32, DType::bf16}) {
+      for (const ConvCase& c : kConvCases) {
+        SCOPED_TRACE(label(c) + " " + dtype_name(dt) + " " + algorithm);
+        test::CpuConvAlgorithm setting(algorithm);
+        DirectConv ref(c);
+        Tensor x = randn({c.N, c.C, c.H, c.W}, DType::f64).to(dt);
+        Tensor w = randn({c.O, c.C / c.groups, c.kh, c.kw}, DType::f64).to(dt);
+        Tensor dy = randn(ref.y_shape(), DType::f64).to(dt);
+        Tol t = tol_for(dt);
+        EXPECT_TRUE(test::all_close(ops::conv2d_backward_input(dy, w, x.sizes(), params(c)), ref.grad_input(dy, w),
+                                    t.rtol, t.atol));
+        EXPECT_TRUE(test::all_close(ops::conv2d_backward_weight(dy, x, w.sizes(), params(c)),
+                                    ref.grad_weight(dy, x), t.rtol, 4 * t.atol));
+        // db = dy summed over N, H, W.
+        std::vector<double> gv = dy.to_vector<double>(), db(size_t(c.O), 0.0);
+        for (size_t i = 0; i < gv.size(); ++i) db[(i / size_t(ref.Ho * ref.Wo)) % size_t(c.O)] += gv[i];
+        EXPECT_TRUE(test::all_close(ops::conv2d_backward_bias(dy), db, t.rtol, 4 * t.atol));
+      }
     }
   }
 }
@@ -177,11 +188,6 @@ TEST(Conv2d, NonContiguousInputsAndUnbatched) {
 
 namespace {
 // Sets ops::set_conv_winograd for a scope and puts the previous value back.
-struct WinogradSetting {
-  bool prev = ops::conv_winograd();
-  explicit WinogradSetting(bool allow) { ops::set_conv_winograd(allow); }
-  ~WinogradSetting() { ops::set_conv_winograd(prev); }
-};
 }  // namespace
 
 // The Winograd path (Note [Winograd convolution]) runs exactly where its rule says: on an
@@ -211,7 +217,7 @@ TEST(Conv2d, WinogradRunsOnEligibleShapesOnly) {
     Tensor dy = randn(DirectConv(c).y_shape());
     const ops::Conv2dParams p = params(c);
     auto passes = [&](bool winograd) {
-      WinogradSetting setting(winograd);
+      test::CpuConvAlgorithm setting(winograd ? "winograd" : "im2col");
       return std::vector<Tensor>{ops::conv2d(x, w, Tensor(), p), ops::conv2d_backward_input(dy, w, x.sizes(), p),
                                  ops::conv2d_backward_weight(dy, x, w.sizes(), p)};
     };
@@ -251,6 +257,92 @@ TEST(Conv2d, WinogradInsideACallersParallelRegion) {
     ASSERT_TRUE(ys[size_t(t)].defined() && gws[size_t(t)].defined());
     EXPECT_TRUE(test::all_close(ys[size_t(t)], y, 1e-5, 1e-5));
     EXPECT_TRUE(test::all_close(gws[size_t(t)], gw, 1e-5, 1e-4));
+  }
+}
+
+// oneDNN (where this build has it) computes the passes of the reference cases above that it
+// has optimized kernels for, strided, padded, dilated, grouped and odd-sized among them, and
+// agrees with the f64 direct loops; the kernels' names say which ran.
+TEST(Conv2d, OneDnnRunsWhereItHasAKernel) {
+  if (ops::onednn_version().empty()) GTEST_SKIP() << "this build has no oneDNN (libdnnl-dev)";
+  test::CpuConvAlgorithm setting("onednn");
+  int ran = 0;
+  for (const ConvCase& c : kConvCases) {
+    SCOPED_TRACE(label(c));
+    DirectConv ref(c);
+    const Shape xs{c.N, c.C, c.H, c.W}, ws{c.O, c.C / c.groups, c.kh, c.kw};
+    Tensor x = randn(xs, DType::f64), w = randn(ws, DType::f64), dy = randn(ref.y_shape(), DType::f64);
+    Tensor b = c.bias ? randn({c.O}, DType::f64) : Tensor();
+    const Tensor x32 = x.to(DType::f32), w32 = w.to(DType::f32), dy32 = dy.to(DType::f32);
+    const Tensor b32 = c.bias ? b.to(DType::f32) : Tensor();
+    const std::string fwd = ops::cpu_conv_algorithm(ops::ConvPass::forward, xs, ws, params(c), DType::f32, c.bias);
+    const std::string gin = ops::cpu_conv_algorithm(ops::ConvPass::backward_input, xs, ws, params(c));
+    const std::string gw = ops::cpu_conv_algorithm(ops::ConvPass::backward_weight, xs, ws, params(c));
+    for (const std::string& name : {fwd, gin, gw}) {
+      EXPECT_TRUE(name == "im2col" || name.rfind("onednn:", 0) == 0) << name;
+      ran += name.rfind("onednn:", 0) == 0;
+    }
+    EXPECT_TRUE(test::all_close(ops::conv2d(x32, w32, b32, params(c)), ref.forward(x, w, b), 1e-4, 1e-4)) << fwd;
+    EXPECT_TRUE(test::all_close(ops::conv2d_backward_input(dy32, w32, xs, params(c)), ref.grad_input(dy, w), 1e-4,
+                                1e-4))
+        << gin;
+    EXPECT_TRUE(test::all_close(ops::conv2d_backward_weight(dy32, x32, ws, params(c)), ref.grad_weight(dy, x), 1e-4,
+                                4e-4))
+        << gw;
+    // f64 stays with ember's own kernels: oneDNN's CPU convolutions are f32.
+    EXPECT_EQ(ops::cpu_conv_algorithm(ops::ConvPass::forward, xs, ws, params(c), DType::f64), "im2col");
+  }
+  // Most of the 48 passes have a kernel (the reference loops oneDNN keeps for the rest are
+  // never chosen).
+  EXPECT_GE(ran, 30);
+}
+
+// The measured choice: the first call of a geometry times the allowed algorithms and returns
+// the winner's own result (bit for bit what that algorithm computes when forced), later calls
+// run the cached winner; set_deterministic skips the measurement for the fixed order (oneDNN,
+// then Winograd), whose calls repeat bit for bit.
+TEST(Conv2d, AutotuneReturnsTheWinnersResultAndDeterministicTakesTheFixedOrder) {
+  const ConvCase c{6, 16, 11, 10, 16, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, true};  // Winograd-eligible too
+  const Shape xs{c.N, c.C, c.H, c.W}, ws{c.O, c.C, 3, 3};
+  const ops::Conv2dParams p = params(c);
+  const Tensor x = randn(xs), w = randn(ws), b = randn({c.O}), dy = randn(DirectConv(c).y_shape());
+  auto run = [&](ops::ConvPass pass) {
+    switch (pass) {
+      case ops::ConvPass::forward: return ops::conv2d(x, w, b, p);
+      case ops::ConvPass::backward_input: return ops::conv2d_backward_input(dy, w, xs, p);
+      case ops::ConvPass::backward_weight: break;
+    }
+    return ops::conv2d_backward_weight(dy, x, ws, p);
+  };
+  const bool onednn = !ops::onednn_version().empty();
+  for (ops::ConvPass pass : {ops::ConvPass::forward, ops::ConvPass::backward_input, ops::ConvPass::backward_weight}) {
+    SCOPED_TRACE(str("pass ", int(pass)));
+    const bool bias = pass == ops::ConvPass::forward;
+    std::string chosen;
+    Tensor first, second;
+    {
+      test::CpuConvAlgorithm setting("auto");
+      first = run(pass);
+      chosen = ops::cpu_conv_algorithm(pass, xs, ws, p, DType::f32, bias);
+      second = run(pass);
+      EXPECT_EQ(ops::cpu_conv_algorithm(pass, xs, ws, p, DType::f32, bias), chosen);
+    }
+    EXPECT_EQ(first.to_vector<float>(), second.to_vector<float>()) << chosen;
+    const std::string forced = chosen.substr(0, chosen.find(':'));
+    ASSERT_TRUE(forced == "im2col" || forced == "winograd" || (onednn && forced == "onednn")) << chosen;
+    {
+      test::CpuConvAlgorithm setting(forced);
+      EXPECT_EQ(run(pass).to_vector<float>(), first.to_vector<float>()) << chosen;
+    }
+    // Deterministic: no measurement, the fixed order's first.
+    test::CpuConvAlgorithm setting("auto");
+    const bool prev = is_deterministic();
+    set_deterministic(true);
+    const std::string fixed = ops::cpu_conv_algorithm(pass, xs, ws, p, DType::f32, bias);
+    EXPECT_EQ(fixed.substr(0, fixed.find(':')), onednn ? "onednn" : "winograd");
+    const Tensor a = run(pass), a2 = run(pass);
+    set_deterministic(prev);
+    EXPECT_EQ(a.to_vector<float>(), a2.to_vector<float>()) << fixed;
   }
 }
 

@@ -4,7 +4,7 @@
 // Shapes here are picked so that, at the thread counts set below, units cross sample
 // boundaries mid-sample (the ResNet's 7x7 maps: 4 tile rows per sample, 15-row units), with
 // odd output sizes (a half-used last tile row and column) and every padding the path takes.
-// All three passes are compared with the im2col path (set_conv_winograd(false)) in f64, where
+// All three passes are compared with the im2col path (test::CpuConvAlgorithm) in f64, where
 // the two differ only by rounding, and in f32 within the Winograd rounding.
 #include <omp.h>
 
@@ -23,12 +23,6 @@ struct Shape4 {
   int64_t N, C, H, W, O, pad;
 };
 
-struct WinogradSetting {
-  bool prev = ops::conv_winograd();
-  explicit WinogradSetting(bool allow) { ops::set_conv_winograd(allow); }
-  ~WinogradSetting() { ops::set_conv_winograd(prev); }
-};
-
 struct ThreadsSetting {
   int prev = omp_get_max_threads();
   explicit ThreadsSetting(int n) { omp_set_num_threads(n); }
@@ -43,7 +37,7 @@ double max_abs(const Tensor& t) {
 
 std::vector<Tensor> passes(const Tensor& x, const Tensor& w, const Tensor& dy, const ops::Conv2dParams& p,
                            bool winograd) {
-  WinogradSetting setting(winograd);
+  test::CpuConvAlgorithm setting(winograd ? "winograd" : "im2col");
   return {ops::conv2d(x, w, Tensor(), p), ops::conv2d_backward_input(dy, w, x.sizes(), p),
           ops::conv2d_backward_weight(dy, x, w.sizes(), p)};
 }

@@ -1,6 +1,8 @@
 #include "support/test_support.h"
 #include "support/onnx_runtime.h"
 
+#include "ember/ops/conv.h"
+
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -332,6 +334,25 @@ OnnxRun run_onnxruntime(const std::string& model, const std::vector<std::pair<st
   }
   fs::remove_all(dir);
   return run;
+}
+
+}  // namespace ember::test
+
+namespace ember::test {
+
+CpuConvAlgorithm::CpuConvAlgorithm(const std::string& name)
+    : winograd_(ops::conv_winograd()), onednn_(ops::conv_onednn()), autotune_(ops::conv_autotune()) {
+  EMBER_CHECK(name == "im2col" || name == "winograd" || name == "onednn" || name == "auto", ValueError,
+              "[CpuConvAlgorithm] unknown algorithm ", name);
+  ops::set_conv_winograd(name == "winograd" || name == "auto");
+  ops::set_conv_onednn(name == "onednn" || name == "auto");
+  ops::set_conv_autotune(name == "auto");
+}
+
+CpuConvAlgorithm::~CpuConvAlgorithm() {
+  ops::set_conv_winograd(winograd_);
+  ops::set_conv_onednn(onednn_);
+  ops::set_conv_autotune(autotune_);
 }
 
 }  // namespace ember::test

@@ -131,4 +131,19 @@ bool missing_device(Device device);
     if ((device).is_cuda()) EMBER_SKIP_WITHOUT_CUDA();                    \
   } while (0)
 
+// Forces one CPU convolution algorithm for a scope (Note [CPU convolution algorithms],
+// ops/cpu/conv.cpp) and puts the previous settings back: "im2col"; "winograd" (where the shape
+// is eligible, else im2col); "onednn" (where this build's oneDNN has an optimized kernel for
+// the pass, else im2col); "auto" (both allowed, the choice measured). Only "auto" measures.
+class CpuConvAlgorithm {
+ public:
+  explicit CpuConvAlgorithm(const std::string& name);
+  ~CpuConvAlgorithm();
+  CpuConvAlgorithm(const CpuConvAlgorithm&) = delete;
+  CpuConvAlgorithm& operator=(const CpuConvAlgorithm&) = delete;
+
+ private:
+  bool winograd_, onednn_, autotune_;
+};
+
 }  // namespace ember::test

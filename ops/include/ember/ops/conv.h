@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <string>
 
 #include "ember/tensor.h"
 
@@ -30,11 +31,39 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 // undilated convolutions with >= 16 channels in and out per group (padding <= 2) may run as
 // Winograd F(2x2, 3x3) (2.25x fewer multiplications than im2col + GEMM, rounding a few ulps
 // larger: f32 ~1e-6 relative) in the forward and both gradients. Default true, or false
-// when the environment has EMBER_CONV_WINOGRAD=0. Off, every CPU convolution is im2col +
-// GEMM. CUDA convolutions are cuDNN's choice either way. Read at every call; one atomic flag
+// when the environment has EMBER_CONV_WINOGRAD=0. With this and set_conv_onednn off, every
+// CPU convolution is im2col + GEMM. CUDA convolutions are cuDNN's choice either way. Read at every call; one atomic flag
 // shared by all threads.
 void set_conv_winograd(bool allow);
 bool conv_winograd();
+
+// torch.backends.mkldnn.enabled: whether CPU convolutions may run on oneDNN (the library
+// PyTorch's CPU convolutions use), where this build has it (onednn_version() is not empty)
+// and oneDNN has an optimized kernel for the shape; f32 (and f16/bf16, computed in f32) only.
+// Default true, or false when the environment has EMBER_CONV_ONEDNN=0. Read at every call.
+void set_conv_onednn(bool allow);
+bool conv_onednn();
+// "oneDNN 2.6.3" when this build has oneDNN, else "".
+std::string onednn_version();
+
+// How a CPU convolution chooses among the algorithms allowed above (oneDNN, Winograd,
+// im2col + GEMM), per pass (Note [CPU convolution algorithms] in ops/cpu/conv.cpp). On (the
+// default; EMBER_CONV_AUTOTUNE=0 turns it off): the first call of each geometry times each
+// allowed algorithm on the call's own buffers and later calls run the fastest, like cuDNN's
+// benchmark mode; the choice can differ between runs, and with it the last bits of the
+// results. Off, or under set_deterministic(true): a fixed order, the first that applies of
+// oneDNN, Winograd, im2col. Inside a caller's OpenMP parallel region: the first of Winograd,
+// im2col (oneDNN's kernels are not made to run nested). Read at every call.
+void set_conv_autotune(bool on);
+bool conv_autotune();
+
+enum class ConvPass { forward, backward_input, backward_weight };
+// The CPU algorithm a convolution of this geometry runs for a pass: "onednn:<oneDNN's kernel
+// name>", "winograd" or "im2col" (what the measurement chose when it has run; the fixed
+// order's choice otherwise, as the call would be made now). x [N, C, H, W], w [O, C / groups,
+// kH, kW]; dtype f32 or f64.
+std::string cpu_conv_algorithm(ConvPass pass, const Shape& x, const Shape& w, const Conv2dParams& p,
+                               DType dtype = DType::f32, bool bias = false);
 
 // The most workspace a cuDNN convolution algorithm may take, in bytes (default 1 GiB, or
 // EMBER_CUDNN_WORKSPACE_LIMIT_MB). cuDNN's heuristics rank the algorithms; a CUDA convolution
