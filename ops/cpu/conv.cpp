@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "ember/deterministic.h"
+#include "conv_key.h"
 #include "kernels/conv.h"
 #include "kernels/elementwise.h"
 #include "kernels/linalg.h"
@@ -306,13 +307,8 @@ Choice allowed_algorithms(ConvPass pass, DType dt, const Shape& x, const Shape& 
 }
 
 struct TuneKey {
-  ConvPass pass;
+  ConvKey geometry;
   DType dtype;
-  std::array<int64_t, 4> x, w;
-  std::array<int64_t, 2> stride, padding, dilation;
-  int64_t groups;
-  bool bias;
-  int threads;
   std::vector<Algorithm> allowed;  // a changed setting measures again
   auto operator<=>(const TuneKey&) const = default;
 };
@@ -325,8 +321,7 @@ std::map<TuneKey, Algorithm>& tuned() {
 
 TuneKey tune_key(ConvPass pass, DType dt, const Shape& x, const Shape& w, const Conv2dParams& p, bool bias,
                  const Choice& c) {
-  return {pass,   dt,       {x[0], x[1], x[2], x[3]}, {w[0], w[1], w[2], w[3]}, p.stride, p.padding, p.dilation,
-          p.groups, bias, omp_get_max_threads(), c.allowed};
+  return {ConvKey::of(pass, x, w, p, bias), dt, c.allowed};
 }
 
 bool measures(const Choice& c) {

@@ -12,8 +12,6 @@
 // Workspace (the blocked copies and oneDNN's scratchpad, "user" mode so it is not kept by
 // oneDNN between calls) is one buffer from ember's CPU allocator per call: the allocator's
 // cache hands the same block back next step, and its bytes count in ember's memory figures.
-#include <omp.h>
-
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -23,6 +21,7 @@
 
 #include "ember/error.h"
 #include "ember/tensor.h"
+#include "conv_key.h"
 #include "onednn.h"
 
 namespace ember::ops::cpu::onednn {
@@ -38,15 +37,7 @@ dnnl::engine& cpu_engine() {
   return engine;
 }
 
-struct Key {
-  Pass pass;
-  std::array<int64_t, 4> x, w;
-  std::array<int64_t, 2> stride, padding, dilation;
-  int64_t groups;
-  bool bias;
-  int threads;
-  auto operator<=>(const Key&) const = default;
-};
+using Key = ConvKey;
 
 // One operand of a primitive: its argument id, ember's layout and the primitive's, and the
 // reorder between them (into the primitive's for inputs, out of it for the output).
@@ -151,18 +142,6 @@ Plan make_plan(const Key& k) {
   return plan;
 }
 
-Key key_of(Pass pass, const Shape& x, const Shape& w, const Conv2dParams& p, bool bias) {
-  return Key{pass,
-             {x[0], x[1], x[2], x[3]},
-             {w[0], w[1], w[2], w[3]},
-             p.stride,
-             p.padding,
-             p.dilation,
-             p.groups,
-             bias,
-             omp_get_max_threads()};
-}
-
 // oneDNN reports failures as dnnl::error (a bad argument here would be ember's bug; out of
 // memory is the user's): ember's Error with oneDNN's words and the shape.
 [[noreturn]] void rethrow(const dnnl::error& e, const Key& k) {
@@ -241,7 +220,7 @@ std::string version() {
 }
 
 std::string kernel_name(Pass pass, const Shape& x, const Shape& w, const Conv2dParams& p, bool bias) {
-  const Plan& plan = plan_for(key_of(pass, x, w, p, bias && pass == Pass::forward));
+  const Plan& plan = plan_for(Key::of(pass, x, w, p, bias && pass == Pass::forward));
   return plan.primitive ? plan.kernel : "";
 }
 
@@ -251,7 +230,7 @@ bool supports(Pass pass, const Shape& x, const Shape& w, const Conv2dParams& p, 
 
 void forward(const float* x, const float* w, const float* bias, float* y, const Shape& xs, const Shape& ws,
              const Conv2dParams& p) {
-  const Key k = key_of(Pass::forward, xs, ws, p, bias != nullptr);
+  const Key k = Key::of(Pass::forward, xs, ws, p, bias != nullptr);
   std::vector<void*> ptrs{const_cast<float*>(x), const_cast<float*>(w)};
   if (bias) ptrs.push_back(const_cast<float*>(bias));
   ptrs.push_back(y);
@@ -260,13 +239,13 @@ void forward(const float* x, const float* w, const float* bias, float* y, const 
 
 void backward_input(const float* gy, const float* w, float* gx, const Shape& xs, const Shape& ws,
                     const Conv2dParams& p) {
-  const Key k = key_of(Pass::backward_input, xs, ws, p, false);
+  const Key k = Key::of(Pass::backward_input, xs, ws, p, false);
   run(plan_for(k), k, {const_cast<float*>(gy), const_cast<float*>(w), gx});
 }
 
 void backward_weight(const float* gy, const float* x, float* gw, const Shape& xs, const Shape& ws,
                      const Conv2dParams& p) {
-  const Key k = key_of(Pass::backward_weight, xs, ws, p, false);
+  const Key k = Key::of(Pass::backward_weight, xs, ws, p, false);
   run(plan_for(k), k, {const_cast<float*>(gy), const_cast<float*>(x), gw});
 }
 
