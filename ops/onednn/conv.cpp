@@ -4,10 +4,12 @@
 // format_tag::any so oneDNN picks its fastest layout, and for each operand the reorder between
 // ember's dense NCHW / OIHW buffer and that layout (none where they are the same). oneDNN sizes
 // a primitive's work split for the thread count at its creation, hence the count in the key
-// (ops/cpu/conv.cpp never calls from inside a caller's OpenMP team: see allowed_algorithms). Primitives are
-// created outside the lock and the first insert wins, so two threads meeting a new shape at
-// once both compute correctly. Plans live as long as the process (a model has a few dozen
-// shapes; each plan is a few KiB of JIT code and descriptors).
+// (ops/cpu/conv.cpp never calls from inside a caller's OpenMP team: see allowed_algorithms).
+// Primitives are created outside the lock and the first insert wins, so two threads meeting a
+// new shape at once both compute correctly. A shape oneDNN refuses, or fails to make a
+// primitive for, gets an empty plan: supports() is false and ember's own kernels run. Plans
+// live as long as the process (a model has a few dozen shapes; each plan is tens of KiB of JIT
+// code and descriptors), as do the engine and the lock (calls may come after main returns).
 //
 // Workspace (the blocked copies and oneDNN's scratchpad, "user" mode so it is not kept by
 // oneDNN between calls) is one buffer from ember's CPU allocator per call: the allocator's
@@ -34,8 +36,8 @@ using Tag = memory::format_tag;
 using DataType = memory::data_type;
 
 dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
+  static auto* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);  // never destroyed
+  return *engine;
 }
 
 using Key = ConvKey;
@@ -152,22 +154,22 @@ Plan make_plan(const Key& k) {
 }
 
 const Plan& plan_for(const Key& k) {
-  static std::mutex mutex;
-  static std::map<Key, Plan>* plans = new std::map<Key, Plan>;  // never destroyed: see onednn.h
+  static auto* mutex = new std::mutex;                 // never destroyed, as the plans
+  static auto* plans = new std::map<Key, Plan>;
   {
-    std::lock_guard<std::mutex> lock(mutex);
+    std::lock_guard<std::mutex> lock(*mutex);
     auto it = plans->find(k);
     if (it != plans->end()) return it->second;
   }
   Plan plan;
   try {
     plan = make_plan(k);
-  } catch (const dnnl::error& e) {
-    // oneDNN refuses shapes it has no implementation for (status unimplemented): not an error
-    // for ember, which then uses its own kernels.
-    if (e.status != dnnl_unimplemented) rethrow(e, k);
+  } catch (const dnnl::error&) {
+    // Unimplemented for this shape, or no memory for the JIT: not an error for ember, whose
+    // own kernels then compute it.
+    plan = Plan{};
   }
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard<std::mutex> lock(*mutex);
   return plans->emplace(k, std::move(plan)).first->second;  // the first insert wins
 }
 
