@@ -386,7 +386,7 @@ void conv2d_fwd_kernel(const Tensor& x, const Tensor& w, const Tensor& bias, con
   }
   visit_f32_f64(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    run_chosen(ConvPass::forward, x.dtype(), x.sizes(), w.sizes(), p, bias.defined(), [&](Algorithm a, const Choice& c) {
+    const auto run = [&](Algorithm a, const Choice& c) {
       if (a == Algorithm::onednn) {
         if constexpr (std::is_same_v<T, float>)
           onednn::forward(cptr<T>(x), cptr<T>(w), cptr<T>(bias), mptr<T>(y), x.sizes(), w.sizes(), p);
@@ -395,7 +395,8 @@ void conv2d_fwd_kernel(const Tensor& x, const Tensor& w, const Tensor& bias, con
       } else {
         conv_forward<T>(cptr<T>(x), cptr<T>(w), cptr<T>(bias), mptr<T>(y), Geometry(x.sizes(), w.sizes(), p));
       }
-    });
+    };
+    run_chosen(ConvPass::forward, x.dtype(), x.sizes(), w.sizes(), p, bias.defined(), run);
   });
 }
 
@@ -408,7 +409,7 @@ void conv2d_bwd_input_kernel(const Tensor& gy, const Tensor& w, const Tensor& gx
   }
   visit_f32_f64(gy.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    run_chosen(ConvPass::backward_input, gy.dtype(), gx.sizes(), w.sizes(), p, false, [&](Algorithm a, const Choice& c) {
+    const auto run = [&](Algorithm a, const Choice& c) {
       if (a == Algorithm::onednn) {
         if constexpr (std::is_same_v<T, float>)
           onednn::backward_input(cptr<T>(gy), cptr<T>(w), mptr<T>(gx), gx.sizes(), w.sizes(), p);
@@ -417,7 +418,8 @@ void conv2d_bwd_input_kernel(const Tensor& gy, const Tensor& w, const Tensor& gx
       } else {
         conv_backward_input<T>(cptr<T>(gy), cptr<T>(w), mptr<T>(gx), Geometry(gx.sizes(), w.sizes(), p));
       }
-    });
+    };
+    run_chosen(ConvPass::backward_input, gy.dtype(), gx.sizes(), w.sizes(), p, false, run);
   });
 }
 
@@ -430,7 +432,7 @@ void conv2d_bwd_weight_kernel(const Tensor& gy, const Tensor& x, const Tensor& g
   }
   visit_f32_f64(gy.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    run_chosen(ConvPass::backward_weight, gy.dtype(), x.sizes(), gw.sizes(), p, false, [&](Algorithm a, const Choice& c) {
+    const auto run = [&](Algorithm a, const Choice& c) {
       if (a == Algorithm::onednn) {
         if constexpr (std::is_same_v<T, float>)
           onednn::backward_weight(cptr<T>(gy), cptr<T>(x), mptr<T>(gw), x.sizes(), gw.sizes(), p);
@@ -439,7 +441,8 @@ void conv2d_bwd_weight_kernel(const Tensor& gy, const Tensor& x, const Tensor& g
       } else {
         conv_backward_weight<T>(cptr<T>(gy), cptr<T>(x), mptr<T>(gw), Geometry(x.sizes(), gw.sizes(), p));
       }
-    });
+    };
+    run_chosen(ConvPass::backward_weight, gy.dtype(), x.sizes(), gw.sizes(), p, false, run);
   });
 }
 
@@ -537,8 +540,9 @@ void max_pool2d_gather_kernel(const Tensor& gx, const Tensor& indices, const Ten
 namespace ember {
 
 std::string ops::cpu_conv_algorithm(ConvPass pass, const Shape& x, const Shape& w, const Conv2dParams& p, DType dtype,
-                               bool bias) {
+                                    bool bias) {
   using namespace cpu;
+  if (is_16bit(dtype)) dtype = DType::f32;  // the kernels compute f16 and bf16 in f32
   const Choice c = allowed_algorithms(pass, dtype, x, w, p, bias);
   Algorithm a = c.allowed.front();
   if (measures(c)) {

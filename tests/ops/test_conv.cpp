@@ -289,8 +289,9 @@ TEST(Conv2d, OneDnnRunsWhereItHasAKernel) {
     EXPECT_TRUE(test::all_close(ops::conv2d_backward_weight(dy32, x32, ws, params(c)), ref.grad_weight(dy, x), 1e-4,
                                 4e-4))
         << gw;
-    // f64 stays with ember's own kernels: oneDNN's CPU convolutions are f32.
+    // f64 stays with ember's own kernels: oneDNN's CPU convolutions are f32; bf16 computes in f32.
     EXPECT_EQ(ops::cpu_conv_algorithm(ops::ConvPass::forward, xs, ws, params(c), DType::f64), "im2col");
+    EXPECT_EQ(ops::cpu_conv_algorithm(ops::ConvPass::backward_input, xs, ws, params(c), DType::bf16), gin);
   }
   // Most of the 48 passes have a kernel (the reference loops oneDNN keeps for the rest are
   // never chosen).

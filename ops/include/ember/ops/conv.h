@@ -61,7 +61,7 @@ enum class ConvPass { forward, backward_input, backward_weight };
 // The CPU algorithm a convolution of this geometry runs for a pass: "onednn:<oneDNN's kernel
 // name>", "winograd" or "im2col" (what the measurement chose when it has run; the fixed
 // order's choice otherwise, as the call would be made now). x [N, C, H, W], w [O, C / groups,
-// kH, kW]; dtype f32 or f64.
+// kH, kW]; f16 and bf16 answer as f32, in which they compute.
 std::string cpu_conv_algorithm(ConvPass pass, const Shape& x, const Shape& w, const Conv2dParams& p,
                                DType dtype = DType::f32, bool bias = false);
 
