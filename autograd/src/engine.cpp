@@ -214,8 +214,10 @@ TensorList AccumulateGrad::apply(Tensor grad) {
     // aliases another tensor (it is accumulated into in place later).
     // Both counts matter: handles share an impl (a caller's gradient passed to backward()
     // arrives here as the very impl the caller still holds), views share the storage.
+    // A dense channels_last gradient (Note [Memory format]) is kept as it is, as PyTorch keeps
+    // a gradient in its parameter's layout.
     bool exclusive = grad.impl_ptr().use_count() == 1 && grad.storage().use_count() == 1 &&
-                     grad.is_contiguous() &&
+                     (grad.is_contiguous() || grad.is_contiguous(MemoryFormat::channels_last)) &&
                      size_t(grad.numel()) * grad.element_size() == grad.storage()->nbytes();
     if (GradMode::is_enabled()) acc = grad;
     else if (exclusive) acc = grad.detach();

@@ -74,6 +74,7 @@ Tensor Tensor::unsqueeze(int64_t dim) const { return ember::unsqueeze(*this, dim
 Tensor Tensor::flatten(int64_t s, int64_t e) const { return ember::flatten(*this, s, e); }
 Tensor Tensor::unflatten(int64_t dim, const Shape& sizes) const { return ember::unflatten(*this, dim, sizes); }
 Tensor Tensor::contiguous() const { return ember::contiguous(*this); }
+Tensor Tensor::contiguous(MemoryFormat format) const { return ember::contiguous(*this, format); }
 
 // ---- conversion and copies ----
 Tensor Tensor::to(DType dtype) const {

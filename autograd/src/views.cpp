@@ -290,6 +290,13 @@ Tensor contiguous(const Tensor& x) {
                 [](const Tensor& g) -> TensorList { return {g}; });
 }
 
+Tensor contiguous(const Tensor& x, MemoryFormat format) {
+  ember::detail::check_defined("contiguous", x);
+  Tensor out = ops::contiguous(x, format);
+  if (out.is_same(x)) return x;
+  return record("contiguous", std::move(out), {x}, [](const Tensor& g) -> TensorList { return {g}; });
+}
+
 Tensor clone(const Tensor& x) {
   ember::detail::check_defined("clone", x);
   Tensor out = ember::detail::make_tensor(x.sizes(), x.dtype(), x.device());

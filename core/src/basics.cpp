@@ -106,6 +106,14 @@ Shape contiguous_strides(const Shape& sizes) {
   return strides;
 }
 
+Shape channels_last_strides(const Shape& sizes) {
+  EMBER_CHECK(sizes.size() == 4, ShapeError, "[channels_last] needs a 4-D [N, C, H, W] shape, got ", sizes);
+  const int64_t C = sizes[1], H = sizes[2], W = sizes[3];
+  // Size-0 dims count as 1 so the strides stay positive, as contiguous_strides' do.
+  const int64_t c = std::max<int64_t>(C, 1), w = std::max<int64_t>(W, 1), h = std::max<int64_t>(H, 1);
+  return Shape{h * w * c, 1, w * c, c};
+}
+
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   size_t n = std::max(a.size(), b.size());
   Shape out(n);

@@ -99,6 +99,29 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+bool Tensor::is_contiguous(MemoryFormat format) const {
+  checked_impl("is_contiguous");
+  if (format == MemoryFormat::contiguous) return is_contiguous();
+  if (dim() != 4) return false;
+  // The dims from the innermost in NHWC order: C, W, H, N.
+  int64_t expected = 1;
+  for (int64_t d : {1, 3, 2, 0}) {
+    const int64_t s = impl_->sizes[size_t(d)];
+    if (s == 1) continue;
+    if (impl_->strides[size_t(d)] != expected) return false;
+    expected *= s;
+  }
+  return true;
+}
+
+MemoryFormat Tensor::suggest_memory_format() const {
+  checked_impl("suggest_memory_format");
+  if (dim() != 4) return MemoryFormat::contiguous;
+  const Shape cl = channels_last_strides(impl_->sizes);
+  return impl_->strides == cl && cl != contiguous_strides(impl_->sizes) ? MemoryFormat::channels_last
+                                                                         : MemoryFormat::contiguous;
+}
+
 double Tensor::item_double() const {
   detail::check_defined("item", *this);
   EMBER_CHECK(numel() == 1, ValueError, "[item] a tensor with ", numel(),
@@ -329,6 +352,12 @@ Tensor make_tensor(const Shape& sizes, DType dtype, Device device) {
   impl->strides = contiguous_strides(sizes);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
+}
+
+Tensor make_tensor(const Shape& sizes, DType dtype, Device device, MemoryFormat format) {
+  Tensor t = make_tensor(sizes, dtype, device);
+  if (format == MemoryFormat::channels_last) t.impl()->strides = channels_last_strides(sizes);
+  return t;
 }
 
 Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset) {

@@ -1,6 +1,7 @@
 // CPU conv2d (im2col + GEMM) and max_pool2d, forward and backward.
 //
-// Invariants: buffers are dense NCHW (the front made them contiguous). Per sample and per
+// Invariants: buffers are dense NCHW (the front made them contiguous), or for channels_last
+// activations dense NHWC, which only oneDNN reads as such (Note [CPU convolution algorithms]). Per sample and per
 // group, the convolution is one GEMM: y_g[Og, Ho*Wo] = w_g[Og, Cg*kH*kW] @ col[Cg*kH*kW, Ho*Wo],
 // where col is the im2col unfolding of that sample's group of channels (padding reads as 0).
 // A 1x1, stride-1, unpadded convolution needs no unfolding: the input plane already is col.
@@ -41,9 +42,9 @@ constexpr int64_t kPoolParallelGrain = 32768;
 
 bool is_16bit(DType t) { return t == DType::f16 || t == DType::bf16; }
 
-Tensor as_f32(const Tensor& t) {
+Tensor as_f32(const Tensor& t, MemoryFormat format = MemoryFormat::contiguous) {
   if (!t.defined()) return t;
-  Tensor out = detail::make_tensor(t.sizes(), DType::f32, t.device());
+  Tensor out = detail::make_tensor(t.sizes(), DType::f32, t.device(), format);
   copy_kernel(out, t);
   return out;
 }
@@ -282,6 +283,9 @@ std::optional<winograd::Problem> winograd_problem(const Shape& x, const Shape& w
 // little) the first allowed of oneDNN, Winograd, im2col runs: a fixed choice, so results
 // repeat bit for bit run to run (each algorithm is itself deterministic for a thread count).
 // Inside a caller's parallel region oneDNN is not allowed (see allowed_algorithms).
+// On channels_last activations (Note [Memory format]) oneDNN reads and writes NHWC as it is,
+// while Winograd and im2col run on NCHW copies (as_nchw / into below): each is timed with its
+// copies, so the choice weighs the layout too, and the layout is part of the cached key.
 enum class Algorithm : uint8_t { onednn, winograd, im2col };
 
 struct Choice {
@@ -291,13 +295,13 @@ struct Choice {
 };
 
 Choice allowed_algorithms(ConvPass pass, DType dt, const Shape& x, const Shape& w, const Conv2dParams& p,
-                          bool bias) {
+                          bool bias, MemoryFormat format) {
   Choice c;
   // Not inside a caller's OpenMP team: oneDNN's weight gradient synchronizes its threads with
   // a spinning barrier sized when the primitive was made, which hangs when the region runs
   // nested (measured: every member of a 6-thread team spun forever).
   if (dt == DType::f32 && conv_onednn() && !omp_in_parallel()) {
-    c.onednn_kernel = onednn::kernel_name(pass, x, w, p, bias);
+    c.onednn_kernel = onednn::kernel_name(pass, x, w, p, bias, format);
     if (!c.onednn_kernel.empty()) c.allowed.push_back(Algorithm::onednn);
   }
   c.winograd = winograd_problem(x, w, p);
@@ -320,8 +324,8 @@ std::map<TuneKey, Algorithm>& tuned() {
 }
 
 TuneKey tune_key(ConvPass pass, DType dt, const Shape& x, const Shape& w, const Conv2dParams& p, bool bias,
-                 const Choice& c) {
-  return {ConvKey::of(pass, x, w, p, bias), dt, c.allowed};
+                 MemoryFormat format, const Choice& c) {
+  return {ConvKey::of(pass, x, w, p, bias, format), dt, c.allowed};
 }
 
 bool measures(const Choice& c) {
@@ -332,10 +336,10 @@ bool measures(const Choice& c) {
 // the pass's whole output with algorithm a, one of c.allowed.
 template <class Run>
 void run_chosen(ConvPass pass, DType dt, const Shape& x, const Shape& w, const Conv2dParams& p, bool bias,
-                Run run) {
-  const Choice c = allowed_algorithms(pass, dt, x, w, p, bias);
+                MemoryFormat format, Run run) {
+  const Choice c = allowed_algorithms(pass, dt, x, w, p, bias, format);
   if (!measures(c)) return run(c.allowed.front(), c);
-  const TuneKey key = tune_key(pass, dt, x, w, p, bias, c);
+  const TuneKey key = tune_key(pass, dt, x, w, p, bias, format, c);
   {
     std::lock_guard<std::mutex> lock(g_tuned_mutex);
     auto it = tuned().find(key);
@@ -365,13 +369,32 @@ void visit_f32_f64(DType t, F&& f) {
   else f(float{});
 }
 
+// The bias pointer, nullptr for none.
 template <class T>
-const T* cptr(const Tensor& t) {
-  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+const T* bias_ptr(const Tensor& bias) {
+  return bias.defined() ? bias.data_ptr<T>() : nullptr;
 }
-template <class T>
-T* mptr(const Tensor& t) {
-  return static_cast<T*>(t.data_ptr());
+
+// The activations' layout of a pass: its input's (x, or the output gradient for the
+// backward passes), which the front also gave the pass's output.
+MemoryFormat format_of(const Tensor& t) { return t.suggest_memory_format(); }
+
+// ember's own kernels (Winograd, im2col) read and write dense NCHW: on channels_last operands
+// they run on NCHW copies, the output computed into a dense buffer and copied back. The
+// measured choice times those copies with the kernel, so a channels_last shape takes oneDNN
+// (reading NHWC directly) unless ember's kernel wins even after them.
+Tensor as_nchw(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor out = detail::make_tensor(t.sizes(), t.dtype(), t.device());
+  copy_kernel(out, t);
+  return out;
+}
+template <class Compute>
+void into(const Tensor& out, Compute compute) {
+  if (out.is_contiguous()) return compute(out);
+  const Tensor dense = detail::make_tensor(out.sizes(), out.dtype(), out.device());
+  compute(dense);
+  copy_kernel(out, dense);
 }
 
 }  // namespace
@@ -379,70 +402,90 @@ T* mptr(const Tensor& t) {
 void conv2d_fwd_kernel(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                        const Conv2dParams& p) {
   if (is_16bit(x.dtype())) {
-    Tensor y32 = detail::make_tensor(y.sizes(), DType::f32, y.device());
-    conv2d_fwd_kernel(as_f32(x), as_f32(w), as_f32(bias), y32, p);
+    Tensor y32 = detail::make_tensor(y.sizes(), DType::f32, y.device(), format_of(y));
+    conv2d_fwd_kernel(as_f32(x, format_of(x)), as_f32(w), as_f32(bias), y32, p);
     copy_kernel(y, y32);
     return;
   }
+  const MemoryFormat format = format_of(x);
   visit_f32_f64(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const auto run = [&](Algorithm a, const Choice& c) {
       if (a == Algorithm::onednn) {
         if constexpr (std::is_same_v<T, float>)
-          onednn::forward(cptr<T>(x), cptr<T>(w), cptr<T>(bias), mptr<T>(y), x.sizes(), w.sizes(), p);
-      } else if (a == Algorithm::winograd) {
-        winograd::forward<T>(cptr<T>(x), cptr<T>(w), cptr<T>(bias), mptr<T>(y), *c.winograd);
-      } else {
-        conv_forward<T>(cptr<T>(x), cptr<T>(w), cptr<T>(bias), mptr<T>(y), Geometry(x.sizes(), w.sizes(), p));
+          onednn::forward(x.data_ptr<T>(), w.data_ptr<T>(), bias_ptr<T>(bias), y.data_ptr<T>(), x.sizes(),
+                          w.sizes(), p, format);
+        return;
       }
+      const Tensor xd = as_nchw(x);
+      into(y, [&](const Tensor& yd) {
+        if (a == Algorithm::winograd)
+          winograd::forward<T>(xd.data_ptr<T>(), w.data_ptr<T>(), bias_ptr<T>(bias), yd.data_ptr<T>(),
+                               *c.winograd);
+        else
+          conv_forward<T>(xd.data_ptr<T>(), w.data_ptr<T>(), bias_ptr<T>(bias), yd.data_ptr<T>(),
+                          Geometry(x.sizes(), w.sizes(), p));
+      });
     };
-    run_chosen(ConvPass::forward, x.dtype(), x.sizes(), w.sizes(), p, bias.defined(), run);
+    run_chosen(ConvPass::forward, x.dtype(), x.sizes(), w.sizes(), p, bias.defined(), format, run);
   });
 }
 
 void conv2d_bwd_input_kernel(const Tensor& gy, const Tensor& w, const Tensor& gx, const Conv2dParams& p) {
   if (is_16bit(gy.dtype())) {
-    Tensor gx32 = detail::make_tensor(gx.sizes(), DType::f32, gx.device());
-    conv2d_bwd_input_kernel(as_f32(gy), as_f32(w), gx32, p);
+    Tensor gx32 = detail::make_tensor(gx.sizes(), DType::f32, gx.device(), format_of(gx));
+    conv2d_bwd_input_kernel(as_f32(gy, format_of(gy)), as_f32(w), gx32, p);
     copy_kernel(gx, gx32);
     return;
   }
+  const MemoryFormat format = format_of(gy);
   visit_f32_f64(gy.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const auto run = [&](Algorithm a, const Choice& c) {
       if (a == Algorithm::onednn) {
         if constexpr (std::is_same_v<T, float>)
-          onednn::backward_input(cptr<T>(gy), cptr<T>(w), mptr<T>(gx), gx.sizes(), w.sizes(), p);
-      } else if (a == Algorithm::winograd) {
-        winograd::backward_input<T>(cptr<T>(gy), cptr<T>(w), mptr<T>(gx), *c.winograd);
-      } else {
-        conv_backward_input<T>(cptr<T>(gy), cptr<T>(w), mptr<T>(gx), Geometry(gx.sizes(), w.sizes(), p));
+          onednn::backward_input(gy.data_ptr<T>(), w.data_ptr<T>(), gx.data_ptr<T>(), gx.sizes(), w.sizes(), p,
+                                 format);
+        return;
       }
+      const Tensor gyd = as_nchw(gy);
+      into(gx, [&](const Tensor& gxd) {
+        if (a == Algorithm::winograd)
+          winograd::backward_input<T>(gyd.data_ptr<T>(), w.data_ptr<T>(), gxd.data_ptr<T>(), *c.winograd);
+        else
+          conv_backward_input<T>(gyd.data_ptr<T>(), w.data_ptr<T>(), gxd.data_ptr<T>(),
+                                 Geometry(gx.sizes(), w.sizes(), p));
+      });
     };
-    run_chosen(ConvPass::backward_input, gy.dtype(), gx.sizes(), w.sizes(), p, false, run);
+    run_chosen(ConvPass::backward_input, gy.dtype(), gx.sizes(), w.sizes(), p, false, format, run);
   });
 }
 
 void conv2d_bwd_weight_kernel(const Tensor& gy, const Tensor& x, const Tensor& gw, const Conv2dParams& p) {
   if (is_16bit(gy.dtype())) {
     Tensor gw32 = detail::make_tensor(gw.sizes(), DType::f32, gw.device());
-    conv2d_bwd_weight_kernel(as_f32(gy), as_f32(x), gw32, p);
+    conv2d_bwd_weight_kernel(as_f32(gy, format_of(gy)), as_f32(x, format_of(x)), gw32, p);
     copy_kernel(gw, gw32);
     return;
   }
+  const MemoryFormat format = format_of(gy);
   visit_f32_f64(gy.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const auto run = [&](Algorithm a, const Choice& c) {
       if (a == Algorithm::onednn) {
         if constexpr (std::is_same_v<T, float>)
-          onednn::backward_weight(cptr<T>(gy), cptr<T>(x), mptr<T>(gw), x.sizes(), gw.sizes(), p);
-      } else if (a == Algorithm::winograd) {
-        winograd::backward_weight<T>(cptr<T>(gy), cptr<T>(x), mptr<T>(gw), *c.winograd);
-      } else {
-        conv_backward_weight<T>(cptr<T>(gy), cptr<T>(x), mptr<T>(gw), Geometry(x.sizes(), gw.sizes(), p));
+          onednn::backward_weight(gy.data_ptr<T>(), x.data_ptr<T>(), gw.data_ptr<T>(), x.sizes(), gw.sizes(), p,
+                                  format);
+        return;
       }
+      const Tensor gyd = as_nchw(gy), xd = as_nchw(x);
+      if (a == Algorithm::winograd)
+        winograd::backward_weight<T>(gyd.data_ptr<T>(), xd.data_ptr<T>(), gw.data_ptr<T>(), *c.winograd);
+      else
+        conv_backward_weight<T>(gyd.data_ptr<T>(), xd.data_ptr<T>(), gw.data_ptr<T>(),
+                                Geometry(x.sizes(), gw.sizes(), p));
     };
-    run_chosen(ConvPass::backward_weight, gy.dtype(), x.sizes(), gw.sizes(), p, false, run);
+    run_chosen(ConvPass::backward_weight, gy.dtype(), x.sizes(), gw.sizes(), p, false, format, run);
   });
 }
 
@@ -540,14 +583,14 @@ void max_pool2d_gather_kernel(const Tensor& gx, const Tensor& indices, const Ten
 namespace ember {
 
 std::string ops::cpu_conv_algorithm(ConvPass pass, const Shape& x, const Shape& w, const Conv2dParams& p, DType dtype,
-                                    bool bias) {
+                                    bool bias, MemoryFormat format) {
   using namespace cpu;
   if (is_16bit(dtype)) dtype = DType::f32;  // the kernels compute f16 and bf16 in f32
-  const Choice c = allowed_algorithms(pass, dtype, x, w, p, bias);
+  const Choice c = allowed_algorithms(pass, dtype, x, w, p, bias, format);
   Algorithm a = c.allowed.front();
   if (measures(c)) {
     std::lock_guard<std::mutex> lock(g_tuned_mutex);
-    auto it = tuned().find(tune_key(pass, dtype, x, w, p, bias, c));
+    auto it = tuned().find(tune_key(pass, dtype, x, w, p, bias, format, c));
     if (it != tuned().end()) a = it->second;
   }
   switch (a) {

@@ -3,7 +3,7 @@
 //
 // Invariants:
 // - Batch norm works channel by channel, one OpenMP thread per channel from start to finish
-//   (an [N, C] input, HW == 1: per block of 64 channels, streaming the rows):
+//   (an [N, C] input, HW == 1, or a channels_last one: by chunks of rows, see the rows kernels):
 //   a channel's N segments of HW contiguous elements are read once from memory, and the later
 //   passes over the same channel (the variance around the mean, the normalization; the dx
 //   pass of backward) find it in L2 (a channel of [128, C, 28, 28] is 400 KB). Small planes
@@ -128,92 +128,130 @@ void parallel_items(int64_t n, int64_t work_per_item, F&& body) {
 
 // ---- batch norm ----
 
-// [N, C] input (HW == 1), where a channel is a column with stride C: each thread takes a
-// contiguous block of kColBlock channels and streams the rows, so every cache line is read by
-// one thread (per-channel gathering would read each line once per channel).
-constexpr int64_t kColBlock = 64;
+// Rows [M, C] with the channels innermost: BatchNorm1d's [N, C] input (HW == 1) and a
+// channels_last [N, C, H, W] (Note [Memory format]) as [N*H*W, C]. The rows are cut into
+// chunks of kRowChunk (a fixed cut, so results do not depend on the thread count); each
+// chunk's per-channel mean and sum of squared deviations come from two passes over the chunk
+// while it is in L1, in parallel across chunks, and are merged in chunk order by Chan's
+// pairwise formula in f64. The normalization (backward: dx) is one more parallel pass.
+constexpr int64_t kRowChunk = 128;
+
+template <class F>
+void for_row_chunks(int64_t M, int64_t Cn, int64_t passes, F&& body) {
+  const int64_t chunks = (M + kRowChunk - 1) / kRowChunk;
+  parallel_items(chunks, passes * kRowChunk * Cn, [&](int64_t k) {
+    const int64_t r0 = k * kRowChunk;
+    body(k, r0, std::min(kRowChunk, M - r0));
+  });
+}
 
 template <class S>
 void batch_norm_fwd_rows(const S* xp, S* yp, const compute_t<S>* w, const compute_t<S>* b,
                          compute_t<S>* mp, compute_t<S>* ip, compute_t<S>* rm, compute_t<S>* rv,
-                         int64_t N, int64_t Cn, bool training, double momentum, double eps) {
+                         int64_t M, int64_t Cn, bool training, double momentum, double eps) {
   using C = compute_t<S>;
-  const int64_t blocks = (Cn + kColBlock - 1) / kColBlock;
-  parallel_items(blocks, N * kColBlock, [&](int64_t blk) {
-    const int64_t c0 = blk * kColBlock, nc = std::min(kColBlock, Cn - c0);
-    double mu[kColBlock] = {}, sq[kColBlock] = {};
-    C scale[kColBlock], shift[kColBlock];
-    if (training) {
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t j = 0; j < nc; ++j) mu[j] += double(C(xp[n * Cn + c0 + j]));
-      for (int64_t j = 0; j < nc; ++j) mu[j] /= double(N);
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t j = 0; j < nc; ++j) {
-          const double d = double(C(xp[n * Cn + c0 + j])) - mu[j];
-          sq[j] += d * d;
+  const int64_t chunks = (M + kRowChunk - 1) / kRowChunk;
+  std::vector<double> mean(static_cast<size_t>(Cn)), m2(static_cast<size_t>(Cn));
+  if (training) {
+    std::vector<double> cmean(static_cast<size_t>(chunks * Cn)), cm2(static_cast<size_t>(chunks * Cn));
+    for_row_chunks(M, Cn, 2, [&](int64_t k, int64_t r0, int64_t n) {
+      double* mu = cmean.data() + k * Cn;
+      double* sq = cm2.data() + k * Cn;
+      for (int64_t r = r0; r < r0 + n; ++r)
+        for (int64_t c = 0; c < Cn; ++c) mu[c] += double(C(xp[r * Cn + c]));
+      for (int64_t c = 0; c < Cn; ++c) mu[c] /= double(n);
+      for (int64_t r = r0; r < r0 + n; ++r)
+        for (int64_t c = 0; c < Cn; ++c) {
+          const double d = double(C(xp[r * Cn + c])) - mu[c];
+          sq[c] += d * d;
         }
-    }
-    for (int64_t j = 0; j < nc; ++j) {
-      const int64_t c = c0 + j;
-      double is;
-      if (training) {
-        is = 1.0 / std::sqrt(sq[j] / double(N) + eps);
-        if (rm) {
-          rm[c] = C((1.0 - momentum) * double(rm[c]) + momentum * mu[j]);
-          rv[c] = C((1.0 - momentum) * double(rv[c]) + momentum * sq[j] / double(N - 1));
-        }
-      } else {
-        mu[j] = double(rm[c]);
-        is = 1.0 / std::sqrt(double(rv[c]) + eps);
+    });
+    for (int64_t c = 0; c < Cn; ++c) {
+      double mu = cmean[size_t(c)], q = cm2[size_t(c)], count = double(std::min(kRowChunk, M));
+      for (int64_t k = 1; k < chunks; ++k) {
+        const double nk = double(std::min(kRowChunk, M - k * kRowChunk)), total = count + nk;
+        const double delta = cmean[size_t(k * Cn + c)] - mu;
+        mu += delta * nk / total;
+        q += cm2[size_t(k * Cn + c)] + delta * delta * count * nk / total;
+        count = total;
       }
-      mp[c] = C(mu[j]);
-      ip[c] = C(is);
-      const double sc = is * (w ? double(w[c]) : 1.0);
-      scale[j] = C(sc);
-      shift[j] = C((b ? double(b[c]) : 0.0) - mu[j] * sc);
+      mean[size_t(c)] = mu;
+      m2[size_t(c)] = q;
     }
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t j = 0; j < nc; ++j)
-        yp[n * Cn + c0 + j] = S(scale[j] * C(xp[n * Cn + c0 + j]) + shift[j]);
+  }
+  std::vector<C> scale(static_cast<size_t>(Cn)), shift(static_cast<size_t>(Cn));
+  for (int64_t c = 0; c < Cn; ++c) {
+    double mu = mean[size_t(c)], is;
+    if (training) {
+      is = 1.0 / std::sqrt(m2[size_t(c)] / double(M) + eps);
+      if (rm) {
+        rm[c] = C((1.0 - momentum) * double(rm[c]) + momentum * mu);
+        rv[c] = C((1.0 - momentum) * double(rv[c]) + momentum * m2[size_t(c)] / double(M - 1));
+      }
+    } else {
+      mu = double(rm[c]);
+      is = 1.0 / std::sqrt(double(rv[c]) + eps);
+    }
+    mp[c] = C(mu);
+    ip[c] = C(is);
+    const double sc = is * (w ? double(w[c]) : 1.0);
+    scale[size_t(c)] = C(sc);
+    shift[size_t(c)] = C((b ? double(b[c]) : 0.0) - mu * sc);
+  }
+  const C* a = scale.data();
+  const C* s = shift.data();
+  for_row_chunks(M, Cn, 1, [&](int64_t, int64_t r0, int64_t n) {
+    for (int64_t r = r0; r < r0 + n; ++r)
+#pragma omp simd
+      for (int64_t c = 0; c < Cn; ++c) yp[r * Cn + c] = S(a[c] * C(xp[r * Cn + c]) + s[c]);
   });
 }
 
 template <class S>
 void batch_norm_bwd_rows(const S* gp, const S* xp, const compute_t<S>* w, const compute_t<S>* mp,
                          const compute_t<S>* ip, S* dxp, compute_t<S>* dwp, compute_t<S>* dbp,
-                         int64_t N, int64_t Cn, bool training) {
+                         int64_t M, int64_t Cn, bool training) {
   using C = compute_t<S>;
-  const int64_t blocks = (Cn + kColBlock - 1) / kColBlock;
-  parallel_items(blocks, 2 * N * kColBlock, [&](int64_t blk) {
-    const int64_t c0 = blk * kColBlock, nc = std::min(kColBlock, Cn - c0);
-    double sg[kColBlock] = {}, sgx[kColBlock] = {};
-    C k1[kColBlock], k2[kColBlock], k3[kColBlock];
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t j = 0; j < nc; ++j) {
-        const double g = double(C(gp[n * Cn + c0 + j]));
-        sg[j] += g;
-        sgx[j] += g * (double(C(xp[n * Cn + c0 + j])) - double(mp[c0 + j]));
+  const int64_t chunks = (M + kRowChunk - 1) / kRowChunk;
+  // Per chunk: sum(g) and sum(g * (x - mean)), folded in chunk order below.
+  std::vector<double> csg(static_cast<size_t>(chunks * Cn)), csgx(static_cast<size_t>(chunks * Cn));
+  for_row_chunks(M, Cn, 2, [&](int64_t k, int64_t r0, int64_t n) {
+    double* sg = csg.data() + k * Cn;
+    double* sgx = csgx.data() + k * Cn;
+    for (int64_t r = r0; r < r0 + n; ++r)
+      for (int64_t c = 0; c < Cn; ++c) {
+        const double g = double(C(gp[r * Cn + c]));
+        sg[c] += g;
+        sgx[c] += g * (double(C(xp[r * Cn + c])) - double(mp[c]));
       }
-    for (int64_t j = 0; j < nc; ++j) {
-      const int64_t c = c0 + j;
-      const double is = double(ip[c]);
-      if (dbp) dbp[c] = C(sg[j]);
-      if (dwp) dwp[c] = C(sgx[j] * is);
-      const double a = is * (w ? double(w[c]) : 1.0);
-      double b2 = 0, b3 = 0;
-      if (training) {
-        b2 = -a * is * is * sgx[j] / double(N);
-        b3 = -a * sg[j] / double(N) - double(mp[c]) * b2;
-      }
-      k1[j] = C(a);
-      k2[j] = C(b2);
-      k3[j] = C(b3);
+  });
+  std::vector<C> k1(static_cast<size_t>(Cn)), k2(static_cast<size_t>(Cn)), k3(static_cast<size_t>(Cn));
+  for (int64_t c = 0; c < Cn; ++c) {
+    double sg = 0, sgx = 0;
+    for (int64_t k = 0; k < chunks; ++k) sg += csg[size_t(k * Cn + c)], sgx += csgx[size_t(k * Cn + c)];
+    const double is = double(ip[c]);
+    if (dbp) dbp[c] = C(sg);
+    if (dwp) dwp[c] = C(sgx * is);
+    const double a = is * (w ? double(w[c]) : 1.0);
+    double b2 = 0, b3 = 0;
+    if (training) {
+      b2 = -a * is * is * sgx / double(M);
+      b3 = -a * sg / double(M) - double(mp[c]) * b2;
     }
-    if (!dxp) return;
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t j = 0; j < nc; ++j) {
-        const int64_t at = n * Cn + c0 + j;
-        dxp[at] = S(k1[j] * C(gp[at]) + k2[j] * C(xp[at]) + k3[j]);
+    k1[size_t(c)] = C(a);
+    k2[size_t(c)] = C(b2);
+    k3[size_t(c)] = C(b3);
+  }
+  if (!dxp) return;
+  const C* a1 = k1.data();
+  const C* a2 = k2.data();
+  const C* a3 = k3.data();
+  for_row_chunks(M, Cn, 1, [&](int64_t, int64_t r0, int64_t n) {
+    for (int64_t r = r0; r < r0 + n; ++r)
+#pragma omp simd
+      for (int64_t c = 0; c < Cn; ++c) {
+        const int64_t at = r * Cn + c;
+        dxp[at] = S(a1[c] * C(gp[at]) + a2[c] * C(xp[at]) + a3[c]);
       }
   });
 }
@@ -381,7 +419,7 @@ void group_norm_bwd(const Tensor& grad, const Tensor& x, const Tensor& weight, c
   // Per (n, c): ds = sum_hw g * (x - mean), db = sum_hw g (PyTorch's decomposition, with x
   // centered on its group's mean so that no later difference cancels: the group's sums and
   // the parameter gradients all follow from them).
-  std::vector<double> ds(size_t(N * Cn)), db(size_t(N * Cn));
+  std::vector<double> ds(static_cast<size_t>(N * Cn)), db(static_cast<size_t>(N * Cn));
   parallel_items(N * G, 2 * L, [&](int64_t row) {
     Buffer<C> gbuf, xbuf;
     const C* gr = row_as<C>(gp + row * L, L, gbuf);

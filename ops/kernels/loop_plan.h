@@ -4,6 +4,8 @@
 #pragma once
 
 #include <array>
+#include <utility>
+#include <vector>
 
 #include "ember/tensor.h"
 
@@ -40,8 +42,21 @@ LoopPlan<N> make_plan(const std::array<const Tensor*, N>& ts) {
     st[k] = broadcast_byte_strides(*ts[k], shape);
     plan.base[k] = static_cast<char*>(ts[k]->data_ptr());
   }
+  // Iterate in the output's memory order: its dims sorted by stride, largest outermost (a
+  // stable sort, so a contiguous output keeps the logical order). A channels_last or
+  // transposed output then streams through memory, and dims coalesce wherever every operand
+  // shares that order (channels_last operands of a channels_last output: one flat loop).
+  const int64_t nd = int64_t(shape.size());
+  std::array<int64_t, 8> order_small{};
+  std::vector<int64_t> order_big;
+  int64_t* order = nd <= 8 ? order_small.data() : (order_big.resize(size_t(nd)), order_big.data());
+  for (int64_t d = 0; d < nd; ++d) order[d] = d;
+  for (int64_t i = 1; i < nd; ++i)  // insertion sort: stable, and nd is small
+    for (int64_t j = i; j > 0 && st[0][size_t(order[j - 1])] < st[0][size_t(order[j])]; --j)
+      std::swap(order[j - 1], order[j]);
   // Coalesce from the innermost dim outwards, dropping size-1 dims.
-  for (int64_t d = int64_t(shape.size()) - 1; d >= 0; --d) {
+  for (int64_t i = nd - 1; i >= 0; --i) {
+    const int64_t d = order[i];
     int64_t size = shape[d];
     if (size == 1) continue;
     if (!plan.sizes.empty()) {

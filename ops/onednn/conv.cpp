@@ -1,8 +1,12 @@
 // oneDNN convolutions for ops/cpu/conv.cpp (interface and layout in ops/cpu/onednn.h).
 //
-// One Plan per (pass, shape, parameters, bias, thread count): the primitive, created with
-// format_tag::any so oneDNN picks its fastest layout, and for each operand the reorder between
-// ember's dense NCHW / OIHW buffer and that layout (none where they are the same). oneDNN sizes
+// One Plan per (pass, shape, parameters, bias, layout, thread count): the primitive, and for
+// each operand the reorder between ember's buffer and the primitive's layout (none where they
+// are the same). On NCHW activations the primitive is created with format_tag::any, so oneDNN
+// picks its fastest (blocked) layout and every call reorders; on NHWC (channels_last) it is
+// created on NHWC itself, which its JIT kernels read directly (measured on the resnet example's
+// shapes: as fast or faster than blocked, before counting the reorders saved). Weights are
+// always format_tag::any: they are small, and their reorder is cheap. oneDNN sizes
 // a primitive's work split for the thread count at its creation, hence the count in the key
 // (ops/cpu/conv.cpp never calls from inside a caller's OpenMP team: see allowed_algorithms).
 // Primitives are created outside the lock and the first insert wins, so two threads meeting a
@@ -76,12 +80,12 @@ Plan make_plan(const Key& k) {
   const int64_t Ho = conv_output_size(k.x[2], k.w[2], k.stride[0], k.padding[0], k.dilation[0]);
   const int64_t Wo = conv_output_size(k.x[3], k.w[3], k.stride[1], k.padding[1], k.dilation[1]);
   const memory::dims xd = dims_of(k.x), yd{k.x[0], k.w[0], Ho, Wo};
-  memory::dims wd = dims_of(k.w);
-  if (k.groups > 1) wd = {k.groups, k.w[0] / k.groups, k.w[1], k.w[2], k.w[3]};
-  const memory::desc x_any(xd, DataType::f32, Tag::any), y_any(yd, DataType::f32, Tag::any);
-  const memory::desc w_any(wd, DataType::f32, Tag::any), b_desc({k.w[0]}, DataType::f32, Tag::x);
-  const memory::desc x_user(xd, DataType::f32, Tag::nchw), y_user(yd, DataType::f32, Tag::nchw);
+  const Tag user_tag = k.format == MemoryFormat::channels_last ? Tag::nhwc : Tag::nchw;
+  const Tag act_tag = k.format == MemoryFormat::channels_last ? Tag::nhwc : Tag::any;
+  const memory::desc x_user(xd, DataType::f32, user_tag), y_user(yd, DataType::f32, user_tag);
+  const memory::desc x_any(xd, DataType::f32, act_tag), y_any(yd, DataType::f32, act_tag);
   const memory::desc w_user = user_weight_desc(k);
+  const memory::desc w_any(w_user.dims(), DataType::f32, Tag::any), b_desc({k.w[0]}, DataType::f32, Tag::x);
   // oneDNN's dilation counts the gaps: 0 is a dense kernel.
   const memory::dims strides{k.stride[0], k.stride[1]}, pads{k.padding[0], k.padding[1]};
   const memory::dims dilation{k.dilation[0] - 1, k.dilation[1] - 1};
@@ -232,18 +236,19 @@ std::string version() {
   return str("oneDNN ", v->major, ".", v->minor, ".", v->patch);
 }
 
-std::string kernel_name(Pass pass, const Shape& x, const Shape& w, const Conv2dParams& p, bool bias) {
-  const Plan& plan = plan_for(Key::of(pass, x, w, p, bias && pass == Pass::forward));
+std::string kernel_name(Pass pass, const Shape& x, const Shape& w, const Conv2dParams& p, bool bias,
+                        MemoryFormat format) {
+  const Plan& plan = plan_for(Key::of(pass, x, w, p, bias && pass == Pass::forward, format));
   return plan.primitive ? plan.kernel : "";
 }
 
-bool supports(Pass pass, const Shape& x, const Shape& w, const Conv2dParams& p, bool bias) {
-  return !kernel_name(pass, x, w, p, bias).empty();
+bool supports(Pass pass, const Shape& x, const Shape& w, const Conv2dParams& p, bool bias, MemoryFormat format) {
+  return !kernel_name(pass, x, w, p, bias, format).empty();
 }
 
 void forward(const float* x, const float* w, const float* bias, float* y, const Shape& xs, const Shape& ws,
-             const Conv2dParams& p) {
-  const Key k = Key::of(Pass::forward, xs, ws, p, bias != nullptr);
+             const Conv2dParams& p, MemoryFormat format) {
+  const Key k = Key::of(Pass::forward, xs, ws, p, bias != nullptr, format);
   std::vector<void*> ptrs{const_cast<float*>(x), const_cast<float*>(w)};
   if (bias) ptrs.push_back(const_cast<float*>(bias));
   ptrs.push_back(y);
@@ -251,14 +256,14 @@ void forward(const float* x, const float* w, const float* bias, float* y, const 
 }
 
 void backward_input(const float* gy, const float* w, float* gx, const Shape& xs, const Shape& ws,
-                    const Conv2dParams& p) {
-  const Key k = Key::of(Pass::backward_input, xs, ws, p, false);
+                    const Conv2dParams& p, MemoryFormat format) {
+  const Key k = Key::of(Pass::backward_input, xs, ws, p, false, format);
   run(plan_for(k), k, {const_cast<float*>(gy), const_cast<float*>(w), gx});
 }
 
 void backward_weight(const float* gy, const float* x, float* gw, const Shape& xs, const Shape& ws,
-                     const Conv2dParams& p) {
-  const Key k = Key::of(Pass::backward_weight, xs, ws, p, false);
+                     const Conv2dParams& p, MemoryFormat format) {
+  const Key k = Key::of(Pass::backward_weight, xs, ws, p, false, format);
   run(plan_for(k), k, {const_cast<float*>(gy), const_cast<float*>(x), gw});
 }
 

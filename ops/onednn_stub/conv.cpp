@@ -12,15 +12,15 @@ namespace {
 }  // namespace
 
 std::string version() { return ""; }
-std::string kernel_name(Pass, const Shape&, const Shape&, const Conv2dParams&, bool) { return ""; }
-bool supports(Pass, const Shape&, const Shape&, const Conv2dParams&, bool) { return false; }
-void forward(const float*, const float*, const float*, float*, const Shape&, const Shape&, const Conv2dParams&) {
+std::string kernel_name(Pass, const Shape&, const Shape&, const Conv2dParams&, bool, MemoryFormat) { return ""; }
+bool supports(Pass, const Shape&, const Shape&, const Conv2dParams&, bool, MemoryFormat) { return false; }
+void forward(const float*, const float*, const float*, float*, const Shape&, const Shape&, const Conv2dParams&, MemoryFormat) {
   not_built();
 }
-void backward_input(const float*, const float*, float*, const Shape&, const Shape&, const Conv2dParams&) {
+void backward_input(const float*, const float*, float*, const Shape&, const Shape&, const Conv2dParams&, MemoryFormat) {
   not_built();
 }
-void backward_weight(const float*, const float*, float*, const Shape&, const Shape&, const Conv2dParams&) {
+void backward_weight(const float*, const float*, float*, const Shape&, const Shape&, const Conv2dParams&, MemoryFormat) {
   not_built();
 }
 

@@ -110,6 +110,15 @@ std::atomic<bool> g_cudnn_benchmark{[] {
 void set_cudnn_benchmark(bool on) { g_cudnn_benchmark.store(on, std::memory_order_relaxed); }
 bool cudnn_benchmark() { return g_cudnn_benchmark.load(std::memory_order_relaxed); }
 
+namespace {
+// The activations' layout a CPU convolution keeps (Note [Memory format]): a channels_last
+// input gives a channels_last output, and its gradients stay channels_last. The CUDA kernels
+// read dense NCHW (they have not run on channels_last yet).
+MemoryFormat activation_format(const Tensor& t) {
+  return t.is_cpu() ? t.suggest_memory_format() : MemoryFormat::contiguous;
+}
+}  // namespace
+
 int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation) {
   return (in + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1;
 }
@@ -133,9 +142,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                 weight.sizes()[0], "])");
     b = contiguous(bias);
   }
-  Tensor y = detail::make_tensor(out_shape, x.dtype(), x.device());
+  const MemoryFormat format = activation_format(x);
+  Tensor y = detail::make_tensor(out_shape, x.dtype(), x.device(), format);
   if (y.numel() == 0) return y;
-  EMBER_DISPATCH_KERNEL(x.device(), conv2d_fwd_kernel, contiguous(x), contiguous(weight), b, y, p);
+  EMBER_DISPATCH_KERNEL(x.device(), conv2d_fwd_kernel, contiguous(x, format), contiguous(weight), b, y, p);
   return y;
 }
 
@@ -145,13 +155,15 @@ Tensor conv2d_backward_input(const Tensor& grad, const Tensor& weight, const Sha
   check_same_dtype("conv2d_backward_input", grad, "gradient", weight, "weight");
   check_params(p);
   check_grad_shape("conv2d_backward_input", grad, conv_shape(input_sizes, weight.sizes(), p));
-  Tensor gx = detail::make_tensor(input_sizes, grad.dtype(), grad.device());
+  const MemoryFormat format = activation_format(grad);
+  Tensor gx = detail::make_tensor(input_sizes, grad.dtype(), grad.device(), format);
   if (gx.numel() == 0) return gx;
   if (grad.numel() == 0) {
     fill_(gx, 0);
     return gx;
   }
-  EMBER_DISPATCH_KERNEL(grad.device(), conv2d_bwd_input_kernel, contiguous(grad), contiguous(weight), gx, p);
+  EMBER_DISPATCH_KERNEL(grad.device(), conv2d_bwd_input_kernel, contiguous(grad, format), contiguous(weight), gx,
+                        p);
   return gx;
 }
 
@@ -167,7 +179,9 @@ Tensor conv2d_backward_weight(const Tensor& grad, const Tensor& x, const Shape& 
     fill_(gw, 0);
     return gw;
   }
-  EMBER_DISPATCH_KERNEL(grad.device(), conv2d_bwd_weight_kernel, contiguous(grad), contiguous(x), gw, p);
+  const MemoryFormat format = activation_format(grad);
+  EMBER_DISPATCH_KERNEL(grad.device(), conv2d_bwd_weight_kernel, contiguous(grad, format), contiguous(x, format), gw,
+                        p);
   return gw;
 }
 

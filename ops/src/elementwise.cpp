@@ -26,6 +26,24 @@ constexpr BinaryKind kBinaryKind[] = {
 #undef EMBER_BINARY_KIND
 };
 
+// Note [Layout propagation]: a new elementwise output takes the memory format of its first
+// input that has the output's shape and is not broadcast (an expand()ed gradient of sum()
+// has no layout of its own); PyTorch's TensorIterator does the same by strides. So a
+// channels_last CNN (Note [Memory format]) stays channels_last through ReLU, residual adds and
+// their gradients, and the loops stream both in memory order (kernels/loop_plan.h). CPU only:
+// ember's CUDA ops have not yet run on channels_last tensors, and their outputs stay plain.
+MemoryFormat output_format(const Shape& shape, const Tensor& a, const Tensor* b = nullptr) {
+  if (shape.size() != 4 || !a.is_cpu()) return MemoryFormat::contiguous;
+  for (const Tensor* t : {&a, b}) {
+    if (!t || t->sizes() != shape) continue;
+    if (t->suggest_memory_format() == MemoryFormat::channels_last) return MemoryFormat::channels_last;
+    bool broadcast = false;
+    for (size_t d = 0; d < 4; ++d) broadcast = broadcast || (t->strides()[d] == 0 && shape[d] > 1);
+    if (!broadcast) return MemoryFormat::contiguous;
+  }
+  return MemoryFormat::contiguous;
+}
+
 // The other operand on `t`'s device when it is a CPU 0-dim tensor (PyTorch allows
 // `cuda_tensor * cpu_scalar_tensor`); otherwise both must already share a device. The CPU value
 // is read on the host (its own memory: no wait) and filled in on the device, never copied: a
@@ -103,7 +121,7 @@ Tensor unary(UnaryOp op, const Tensor& x, UnaryParams params) {
   detail::check_defined(op_name(op), x);
   DType dt = result_dtype(op, x.dtype());
   Tensor in = cast(x, dt);
-  Tensor out = detail::make_tensor(in.sizes(), dt, in.device());
+  Tensor out = detail::make_tensor(in.sizes(), dt, in.device(), output_format(in.sizes(), in));
   EMBER_DISPATCH_KERNEL(in.device(), unary_kernel, op, in, out, params);
   return out;
 }
@@ -130,9 +148,9 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, UnaryParams params)
   if (a.device() == b.device() && a.dtype() == b.dtype()) {
     DType out_dtype = result_dtype(op, a, b);
     if (out_dtype == a.dtype() || out_dtype == DType::b8) {
-      Tensor out = detail::make_tensor(
-          a.sizes() == b.sizes() ? a.sizes() : broadcast_shapes(a.sizes(), b.sizes(), op_name(op)),
-          out_dtype, a.device());
+      const Shape shape =
+          a.sizes() == b.sizes() ? a.sizes() : broadcast_shapes(a.sizes(), b.sizes(), op_name(op));
+      Tensor out = detail::make_tensor(shape, out_dtype, a.device(), output_format(shape, a, &b));
       EMBER_DISPATCH_KERNEL(a.device(), binary_kernel, op, a, b, out, params);
       return out;
     }
@@ -144,7 +162,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b, UnaryParams params)
   if (out_dtype != DType::b8) compute = out_dtype;
   Tensor x = cast(aa, compute), y = cast(bb, compute);
   Shape shape = x.sizes() == y.sizes() ? x.sizes() : broadcast_shapes(x.sizes(), y.sizes(), op_name(op));
-  Tensor out = detail::make_tensor(shape, out_dtype, x.device());
+  Tensor out = detail::make_tensor(shape, out_dtype, x.device(), output_format(shape, x, &y));
   EMBER_DISPATCH_KERNEL(x.device(), binary_kernel, op, x, y, out, params);
   return out;
 }
@@ -233,6 +251,16 @@ void copy_(const Tensor& dst, const Tensor& src, bool non_blocking) {
 Tensor contiguous(const Tensor& t) {
   if (t.is_contiguous()) return t;
   Tensor out = detail::make_tensor(t.sizes(), t.dtype(), t.device());
+  EMBER_DISPATCH_KERNEL(t.device(), copy_kernel, out, t);
+  return out;
+}
+
+Tensor contiguous(const Tensor& t, MemoryFormat format) {
+  if (format == MemoryFormat::contiguous) return contiguous(t);
+  EMBER_CHECK(t.dim() == 4, ShapeError, "[contiguous] channels_last needs a 4-D [N, C, H, W] tensor, got shape ",
+              t.sizes());
+  if (t.strides() == channels_last_strides(t.sizes())) return t;
+  Tensor out = detail::make_tensor(t.sizes(), t.dtype(), t.device(), format);
   EMBER_DISPATCH_KERNEL(t.device(), copy_kernel, out, t);
   return out;
 }

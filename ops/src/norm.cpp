@@ -54,13 +54,24 @@ Nchw nchw(const char* op, const Tensor& x) {
   return g;
 }
 
-// The output gradient as the kernels read it: x's shape, dtype and a contiguous layout.
-Tensor grad_arg(const char* op, const Tensor& grad, const Tensor& x) {
+// The output gradient as the kernels read it: x's shape, dtype and a dense layout (`format`).
+Tensor grad_arg(const char* op, const Tensor& grad, const Tensor& x,
+                MemoryFormat format = MemoryFormat::contiguous) {
   detail::check_defined(op, grad, "gradient");
   detail::check_same_device(op, grad, x);
   EMBER_CHECK(grad.sizes() == x.sizes(), ShapeError, "[", op, "] gradient of shape ",
               grad.sizes(), " does not match the input shape ", x.sizes());
-  return contiguous(cast(grad, x.dtype()));
+  return contiguous(cast(grad, x.dtype()), format);
+}
+
+// Batch norm keeps a channels_last CPU input's layout (Note [Memory format]): its kernels see
+// it as [N*H*W, C] rows, the channels innermost, as they see a [N, C] input.
+MemoryFormat cpu_format(const Tensor& x) {
+  return x.is_cpu() ? x.suggest_memory_format() : MemoryFormat::contiguous;
+}
+Nchw kernel_geometry(const Tensor& x, const Nchw& g) {
+  if (cpu_format(x) == MemoryFormat::channels_last) return {g.N * g.HW, g.C, 1};
+  return g;
 }
 
 // A running statistic as the kernel updates it: itself when contiguous in the stats dtype,
@@ -106,8 +117,9 @@ BatchNormForward batch_norm_forward(const Tensor& x, const Tensor& weight, const
   const Tensor rv = running_arg(op, running_var, "running_var", x, g.C);
 
   const DType st = stats_dtype(x.dtype());
+  const Nchw k = kernel_geometry(x, g);
   BatchNormForward out;
-  out.y = detail::make_tensor(x.sizes(), x.dtype(), x.device());
+  out.y = detail::make_tensor(x.sizes(), x.dtype(), x.device(), cpu_format(x));
   out.mean = detail::make_tensor({g.C}, st, x.device());
   out.invstd = detail::make_tensor({g.C}, st, x.device());
   if (g.C == 0) return out;
@@ -116,8 +128,8 @@ BatchNormForward batch_norm_forward(const Tensor& x, const Tensor& weight, const
     fill_(out.invstd, std::numeric_limits<double>::quiet_NaN());
     return out;
   }
-  EMBER_DISPATCH_KERNEL(x.device(), batch_norm_fwd_kernel, contiguous(x), w, b, out.y, out.mean,
-                        out.invstd, rm, rv, g.N, g.C, g.HW, training, momentum, eps);
+  EMBER_DISPATCH_KERNEL(x.device(), batch_norm_fwd_kernel, contiguous(x, cpu_format(x)), w, b, out.y, out.mean,
+                        out.invstd, rm, rv, k.N, k.C, k.HW, training, momentum, eps);
   if (training) {
     finish_running(running_mean, rm);
     finish_running(running_var, rv);
@@ -130,11 +142,12 @@ NormBackward batch_norm_backward(const Tensor& grad, const Tensor& x, const Tens
                                  std::array<bool, 3> needs) {
   const char* op = "batch_norm_backward";
   const Nchw g = nchw(op, x);
-  const Tensor gr = grad_arg(op, grad, x);
+  const Tensor gr = grad_arg(op, grad, x, cpu_format(x));
   const Tensor w = param_arg(op, weight, "weight", x, {g.C});
   const DType st = stats_dtype(x.dtype());
+  const Nchw k = kernel_geometry(x, g);
   NormBackward out;
-  if (needs[0]) out.dx = detail::make_tensor(x.sizes(), x.dtype(), x.device());
+  if (needs[0]) out.dx = detail::make_tensor(x.sizes(), x.dtype(), x.device(), cpu_format(x));
   if (needs[1]) out.dweight = detail::make_tensor({g.C}, st, x.device());
   if (needs[2]) out.dbias = detail::make_tensor({g.C}, st, x.device());
   if (x.numel() == 0) {
@@ -142,8 +155,8 @@ NormBackward batch_norm_backward(const Tensor& grad, const Tensor& x, const Tens
     if (needs[2]) fill_(out.dbias, 0);
     return out;
   }
-  EMBER_DISPATCH_KERNEL(x.device(), batch_norm_bwd_kernel, gr, contiguous(x), w, mean, invstd,
-                        out.dx, out.dweight, out.dbias, g.N, g.C, g.HW, training);
+  EMBER_DISPATCH_KERNEL(x.device(), batch_norm_bwd_kernel, gr, contiguous(x, cpu_format(x)), w, mean, invstd,
+                        out.dx, out.dweight, out.dbias, k.N, k.C, k.HW, training);
   return out;
 }
 

@@ -124,51 +124,74 @@ ops::Conv2dParams params(const ConvCase& c) { return {c.stride, c.padding, c.dil
 }  // namespace
 
 // Every CPU algorithm (Note [CPU convolution algorithms]): each forced in turn (where a shape
-// is not its kind it falls back to im2col), then the measured choice.
+// is not its kind it falls back to im2col), then the measured choice; in f64 (not oneDNN's:
+// it is f32 only, so forcing it in f64 repeats the others) and in f32 on NCHW and on
+// channels_last activations (Note [Memory format]). f16 and bf16 compute in f32 by the same
+// algorithms (converted once around the call), so they run on the measured choice only.
 const std::vector<std::string> kCpuConvAlgorithms = {"im2col", "winograd", "onednn", "auto"};
 
-TEST(Conv2d, ForwardMatchesDirectLoop) {
-  for (const std::string& algorithm : kCpuConvAlgorithms) {
-    for (DType dt : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
-      for (const ConvCase& c : kConvCases) {
-        SCOPED_TRACE(label(c) + " " + dtype_name(dt) + " " + algorithm);
-        test::CpuConvAlgorithm setting(algorithm);
-        DirectConv ref(c);
-        Tensor x = randn({c.N, c.C, c.H, c.W}, DType::f64).to(dt);
-        Tensor w = randn({c.O, c.C / c.groups, c.kh, c.kw}, DType::f64).to(dt);
-        Tensor b = c.bias ? randn({c.O}, DType::f64).to(dt) : Tensor();
-        Tensor y = conv2d(x, w, b, c.stride, c.padding, c.dilation, c.groups);
-        ASSERT_EQ(y.sizes(), ref.y_shape());
-        EXPECT_EQ(y.dtype(), dt);
-        Tol t = tol_for(dt);
-        EXPECT_TRUE(test::all_close(y, ref.forward(x, w, b), t.rtol, t.atol));
-      }
+struct ConvVariant {
+  std::string algorithm;
+  DType dtype;
+  MemoryFormat format;
+  std::string label() const {
+    return algorithm + " " + dtype_name(dtype) + (format == MemoryFormat::channels_last ? " channels_last" : "");
+  }
+};
+std::vector<ConvVariant> conv_variants(std::initializer_list<DType> half_dtypes) {
+  std::vector<ConvVariant> v;
+  for (const std::string& a : kCpuConvAlgorithms) {
+    if (a != "onednn") v.push_back({a, DType::f64, MemoryFormat::contiguous});
+    for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last}) v.push_back({a, DType::f32, f});
+  }
+  for (DType dt : half_dtypes) v.push_back({"auto", dt, MemoryFormat::contiguous});
+  v.push_back({"auto", DType::bf16, MemoryFormat::channels_last});
+  return v;
+}
+
+// Runs body(case, x, w, tolerance) for every variant and case, x and w drawn in f64 and
+// converted (x to the variant's layout), under the variant's algorithm.
+template <class Body>
+void for_each_conv_variant(std::initializer_list<DType> half_dtypes, Body body) {
+  for (const ConvVariant& v : conv_variants(half_dtypes)) {
+    for (const ConvCase& c : kConvCases) {
+      SCOPED_TRACE(label(c) + " " + v.label());
+      test::CpuConvAlgorithm setting(v.algorithm);
+      Tensor x = randn({c.N, c.C, c.H, c.W}, DType::f64).to(v.dtype).contiguous(v.format);
+      Tensor w = randn({c.O, c.C / c.groups, c.kh, c.kw}, DType::f64).to(v.dtype);
+      body(c, v, x, w, tol_for(v.dtype));
     }
   }
 }
 
+TEST(Conv2d, ForwardMatchesDirectLoop) {
+  for_each_conv_variant({DType::f16, DType::bf16}, [](const ConvCase& c, const ConvVariant& v, const Tensor& x,
+                                                      const Tensor& w, Tol t) {
+    DirectConv ref(c);
+    Tensor b = c.bias ? randn({c.O}, DType::f64).to(v.dtype) : Tensor();
+    Tensor y = conv2d(x, w, b, c.stride, c.padding, c.dilation, c.groups);
+    ASSERT_EQ(y.sizes(), ref.y_shape());
+    EXPECT_EQ(y.dtype(), v.dtype);
+    EXPECT_TRUE(y.is_contiguous(x.suggest_memory_format()));
+    EXPECT_TRUE(test::all_close(y, ref.forward(x, w, b), t.rtol, t.atol));
+  });
+}
+
 TEST(Conv2d, BackwardKernelsMatchDirectLoops) {
-  for (const std::string& algorithm : kCpuConvAlgorithms) {
-    for (DType dt : {DType::f64, DType::f32, DType::bf16}) {
-      for (const ConvCase& c : kConvCases) {
-        SCOPED_TRACE(label(c) + " " + dtype_name(dt) + " " + algorithm);
-        test::CpuConvAlgorithm setting(algorithm);
-        DirectConv ref(c);
-        Tensor x = randn({c.N, c.C, c.H, c.W}, DType::f64).to(dt);
-        Tensor w = randn({c.O, c.C / c.groups, c.kh, c.kw}, DType::f64).to(dt);
-        Tensor dy = randn(ref.y_shape(), DType::f64).to(dt);
-        Tol t = tol_for(dt);
-        EXPECT_TRUE(test::all_close(ops::conv2d_backward_input(dy, w, x.sizes(), params(c)), ref.grad_input(dy, w),
-                                    t.rtol, t.atol));
-        EXPECT_TRUE(test::all_close(ops::conv2d_backward_weight(dy, x, w.sizes(), params(c)),
-                                    ref.grad_weight(dy, x), t.rtol, 4 * t.atol));
-        // db = dy summed over N, H, W.
-        std::vector<double> gv = dy.to_vector<double>(), db(size_t(c.O), 0.0);
-        for (size_t i = 0; i < gv.size(); ++i) db[(i / size_t(ref.Ho * ref.Wo)) % size_t(c.O)] += gv[i];
-        EXPECT_TRUE(test::all_close(ops::conv2d_backward_bias(dy), db, t.rtol, 4 * t.atol));
-      }
-    }
-  }
+  for_each_conv_variant({DType::bf16}, [](const ConvCase& c, const ConvVariant& v, const Tensor& x,
+                                          const Tensor& w, Tol t) {
+    DirectConv ref(c);
+    Tensor dy = randn(ref.y_shape(), DType::f64).to(v.dtype).contiguous(x.suggest_memory_format());
+    Tensor gx = ops::conv2d_backward_input(dy, w, x.sizes(), params(c));
+    EXPECT_TRUE(gx.is_contiguous(x.suggest_memory_format()));
+    EXPECT_TRUE(test::all_close(gx, ref.grad_input(dy, w), t.rtol, t.atol));
+    EXPECT_TRUE(test::all_close(ops::conv2d_backward_weight(dy, x, w.sizes(), params(c)), ref.grad_weight(dy, x),
+                                t.rtol, 4 * t.atol));
+    // db = dy summed over N, H, W.
+    std::vector<double> gv = dy.to_vector<double>(), db(size_t(c.O), 0.0);
+    for (size_t i = 0; i < gv.size(); ++i) db[(i / size_t(ref.Ho * ref.Wo)) % size_t(c.O)] += gv[i];
+    EXPECT_TRUE(test::all_close(ops::conv2d_backward_bias(dy), db, t.rtol, 4 * t.atol));
+  });
 }
 
 TEST(Conv2d, NonContiguousInputsAndUnbatched) {

@@ -82,6 +82,7 @@ Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
 // Splits dim into `sizes` (one may be -1), a view: PyTorch's unflatten, flatten's inverse.
 Tensor unflatten(const Tensor& x, int64_t dim, const Shape& sizes);
 Tensor contiguous(const Tensor& x);
+Tensor contiguous(const Tensor& x, MemoryFormat format);  // Note [Memory format]
 Tensor clone(const Tensor& x);
 // Sums `g` down to `shape` over the dims that broadcasting expanded: the VJP of broadcasting.
 Tensor sum_to(const Tensor& g, const Shape& shape);

@@ -135,6 +135,8 @@ class Shape {
 
 // Contiguous (row-major) strides for the given sizes.
 Shape contiguous_strides(const Shape& sizes);
+// The strides of a dense NHWC block holding [N, C, H, W] (Note [Memory format]): [H*W*C, 1, W*C, C].
+Shape channels_last_strides(const Shape& sizes);
 // Broadcast two shapes with NumPy rules; throws ShapeError naming `op` when incompatible.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 // Wraps a possibly negative dim into [0, ndim); throws IndexError naming `op` when out of range.

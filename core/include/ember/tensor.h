@@ -38,6 +38,15 @@ class TensorIndex;
 
 class Tensor;
 struct TensorImpl;
+
+// Note [Memory format]: how a 4-D [N, C, H, W] tensor's elements lie in memory, as PyTorch's
+// torch.contiguous_format / torch.channels_last. channels_last keeps the logical shape and
+// indexing (x[n][c][h][w] is the same element) and stores it as a dense NHWC block, strides
+// [H*W*C, 1, W*C, C]: what oneDNN's CPU convolutions read without reordering. A tensor made
+// with contiguous(MemoryFormat::channels_last) keeps that layout through the CPU ops of a CNN
+// (convolutions, batch norm, elementwise ops follow their input; Note [Layout propagation] in
+// ops/src/elementwise.cpp); every other op accepts it as any strided tensor.
+enum class MemoryFormat : uint8_t { contiguous, channels_last };
 struct ValuesIndices;
 using TensorList = std::vector<Tensor>;
 
@@ -110,6 +119,11 @@ class Tensor {
   bool is_cpu() const { return device().is_cpu(); }
   bool is_floating_point() const { return is_floating(dtype()); }
   bool is_contiguous() const;
+  // Dense in that format (size-1 dims are free), as PyTorch's is_contiguous(memory_format).
+  bool is_contiguous(MemoryFormat format) const;
+  // channels_last when a 4-D tensor has exactly the channels_last strides (and they differ
+  // from the plain ones), else contiguous: the layout ops give their outputs.
+  MemoryFormat suggest_memory_format() const;
   int64_t storage_offset() const;
   size_t element_size() const { return itemsize(dtype()); }
   // Pointer to the first element (storage data + offset). Typed version checks the dtype.
@@ -186,6 +200,8 @@ class Tensor {
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
   Tensor unflatten(int64_t dim, const Shape& sizes) const;
   Tensor contiguous() const;
+  // A dense copy in `format` (this tensor when it already has exactly that layout).
+  Tensor contiguous(MemoryFormat format) const;
 
   // ---- conversion and copies (autograd/) ----
   Tensor to(DType dtype) const;
@@ -520,6 +536,8 @@ void release_node(std::shared_ptr<autograd::Node>&& node);
 
 // A new tensor (no autograd state) on fresh storage. Contiguous strides.
 Tensor make_tensor(const Shape& sizes, DType dtype, Device device);
+// The same with the strides of `format` (channels_last needs a 4-D shape).
+Tensor make_tensor(const Shape& sizes, DType dtype, Device device, MemoryFormat format);
 // A view of `base`'s storage with the given geometry (no autograd state, no checks).
 Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset);
 // Throws naming `op` unless every tensor is defined and on the same device.

@@ -61,9 +61,11 @@ enum class ConvPass { forward, backward_input, backward_weight };
 // The CPU algorithm a convolution of this geometry runs for a pass: "onednn:<oneDNN's kernel
 // name>", "winograd" or "im2col" (what the measurement chose when it has run; the fixed
 // order's choice otherwise, as the call would be made now). x [N, C, H, W], w [O, C / groups,
-// kH, kW]; f16 and bf16 answer as f32, in which they compute.
+// kH, kW]; f16 and bf16 answer as f32, in which they compute. `format` is the activations'
+// layout (a channels_last convolution reads and writes NHWC: oneDNN without reorders).
 std::string cpu_conv_algorithm(ConvPass pass, const Shape& x, const Shape& w, const Conv2dParams& p,
-                               DType dtype = DType::f32, bool bias = false);
+                               DType dtype = DType::f32, bool bias = false,
+                               MemoryFormat format = MemoryFormat::contiguous);
 
 // The most workspace a cuDNN convolution algorithm may take, in bytes (default 1 GiB, or
 // EMBER_CUDNN_WORKSPACE_LIMIT_MB). cuDNN's heuristics rank the algorithms; a CUDA convolution

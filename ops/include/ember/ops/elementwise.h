@@ -43,6 +43,9 @@ Tensor wrap_scalar(Scalar value, const Tensor& t);
 // dst[...] = src broadcast to dst's shape, converting dtype and crossing devices.
 void copy_(const Tensor& dst, const Tensor& src, bool non_blocking = false);
 Tensor contiguous(const Tensor& t);  // t itself when already contiguous
+// t itself when it already has exactly `format`'s strides (Tensor::suggest_memory_format),
+// else a dense copy in that layout.
+Tensor contiguous(const Tensor& t, MemoryFormat format);
 Tensor to(const Tensor& t, Device device, DType dtype, bool non_blocking = false);
 void fill_(const Tensor& t, Scalar value);
 
