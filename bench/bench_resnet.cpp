@@ -7,7 +7,7 @@
 //
 //   build/bin/bench_resnet [--device cpu|cuda] [--amp off|bf16] [--cudnn-benchmark] [--steps 20]
 //                          [--warmup 3] [--batch-size 128] [--threads N] [--python PY] [--no-peer]
-//                          [--profile N]
+//                          [--profile N] [--memory-format channels_last|contiguous]
 //
 // Prints ember's images/s with its per-phase medians (forward, backward, optimizer: on CUDA
 // the host's time to issue each phase, the step being asynchronous; when their sum is near
@@ -17,9 +17,11 @@
 // the forward and loss under autocast on both sides; --cudnn-benchmark turns on cuDNN's
 // measured algorithm choice on both sides (ops::set_cudnn_benchmark, torch.backends.cudnn.
 // benchmark; off, both take cuDNN's heuristics, PyTorch's default).
-// On the CPU the peer runs twice, as is and with OPENBLAS_NUM_THREADS=1 (OpenBLAS's own
-// threads on top of torch's OpenMP ones oversubscribe a small machine), and the faster run is
-// the reference; "peer_blas" says which BLAS it ran on (bench/peers/peer_blas.py): "reference"
+// --memory-format: the activations' layout (Note [Memory format]; the example's default,
+// channels_last, on both sides: the batches converted, and on the peer the model too, as
+// PyTorch advises for CNNs on the CPU). On the CPU the peer runs in both layouts, each as is and
+// with OPENBLAS_NUM_THREADS=1 (OpenBLAS's own threads on top of torch's OpenMP ones
+// oversubscribe a small machine), and the fastest of the four runs is the reference; "peer_blas" says which BLAS it ran on (bench/peers/peer_blas.py): "reference"
 // means Debian's torch found the netlib BLAS and the ratio is not against a fair peer. On CUDA
 // the peer runs once.
 #include <omp.h>
@@ -60,13 +62,15 @@ int main(int argc, char** argv) {
   bench::PeerArgs a;
   int64_t steps = 20, warmup = 3, batch = 128;
   int profile_steps = 0;
-  std::string amp_mode = "off";
+  std::string amp_mode = "off", memory_format = "channels_last";
   bool cudnn_benchmark = false;
   CLI::App app{"ResNet (examples/resnet.cpp) training-step throughput: ember vs PyTorch"};
   bench::add_device_option(app, a);
   app.add_option("--amp", amp_mode, "forward and loss under autocast: off or bf16")
       ->check(CLI::IsMember({"off", "bf16"}));
   app.add_flag("--cudnn-benchmark", cudnn_benchmark, "time cuDNN's algorithms per convolution shape (both sides)");
+  app.add_option("--memory-format", memory_format, "ember's activation layout: channels_last or contiguous")
+      ->check(CLI::IsMember({"channels_last", "contiguous"}));
   app.add_option("--steps", steps, "timed steps")->check(ember::examples::PositiveNumber);
   app.add_option("--warmup", warmup)->check(ember::examples::NonNegativeNumber);
   app.add_option("--batch-size", batch)->check(ember::examples::PositiveNumber);
@@ -90,7 +94,8 @@ int main(int argc, char** argv) {
   constexpr int kBatches = 4;  // a few distinct batches, cycled
   std::vector<Tensor> xs, ys;
   for (int i = 0; i < kBatches; ++i) {
-    xs.push_back(randn({batch, 1, 28, 28}).to(dev));
+    xs.push_back(randn({batch, 1, 28, 28}).to(dev).contiguous(
+        memory_format == "channels_last" ? MemoryFormat::channels_last : MemoryFormat::contiguous));
     ys.push_back(randint(0, 10, {batch}, TensorOptions(DType::i64)).to(dev));
   }
 
@@ -123,10 +128,10 @@ int main(int argc, char** argv) {
   if (dev.is_cuda()) cuda::synchronize();
   const double seconds = ms_between(t0, Clock::now()) / 1e3;
   const double ember_rate = double(steps * batch) / seconds;
-  std::printf("ember  resnet %s amp %s%s batch %lld, %d threads: %.1f images/s (%.2f ms/step; medians%s: forward "
+  std::printf("ember  resnet %s %s amp %s%s batch %lld, %d threads: %.1f images/s (%.2f ms/step; medians%s: forward "
               "%.2f, backward %.2f, optimizer %.2f), loss %.4f\n",
-              a.device_name.c_str(), amp_mode.c_str(), cudnn_benchmark ? " cudnn-benchmark" : "", (long long)batch,
-              threads, ember_rate, 1e3 * seconds / double(steps), dev.is_cuda() ? " of the host's time to issue" : "",
+              a.device_name.c_str(), memory_format.c_str(), amp_mode.c_str(),
+              cudnn_benchmark ? " cudnn-benchmark" : "", (long long)batch, threads, ember_rate, 1e3 * seconds / double(steps), dev.is_cuda() ? " of the host's time to issue" : "",
               median(fwd_ms), median(bwd_ms), median(opt_ms), loss.item<double>());
   // The memory of one more step (CPU): the process's peak resident set (reset at the step's
   // start) and the peak of ember's live tensor and workspace bytes above the step's start.
@@ -155,26 +160,29 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   double peer_rate = 0, peer_peak_rss_mb = 0;
-  std::string peer_version = "none", peer_env, peer_blas = "unknown";
+  std::string peer_version = "none", peer_env, peer_format, peer_blas = "unknown";
   if (!a.no_peer) {
-    const std::string args = " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup) +
-                             " --batch-size " + std::to_string(batch) + " --threads " + std::to_string(threads) +
-                             " --device " + a.device_name + " --amp " + amp_mode +
-                             (cudnn_benchmark ? " --cudnn-benchmark" : "");
     const std::vector<std::string> envs =
         dev.is_cuda() ? std::vector<std::string>{""} : std::vector<std::string>{"", "OPENBLAS_NUM_THREADS=1 "};
+    const std::vector<std::string> formats =
+        dev.is_cuda() ? std::vector<std::string>{memory_format} : std::vector<std::string>{"contiguous", "channels_last"};
+    for (const std::string& format : formats)
     for (const std::string& env : envs) {
+      const std::string args = " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup) +
+                               " --batch-size " + std::to_string(batch) + " --threads " + std::to_string(threads) +
+                               " --device " + a.device_name + " --amp " + amp_mode +
+                               (cudnn_benchmark ? " --cudnn-benchmark" : "") + " --memory-format " + format;
       bench::run_peer(a.python, "resnet_peer.py", args, [&](const char* line) {
         char version[128], blas[64];
         double rate = 0, secs = 0, f = 0, b = 0, o = 0;
         int peer_threads = 0;
         if (std::sscanf(line, "peer: %lf %lf %127s %d %lf %lf %lf", &rate, &secs, version, &peer_threads, &f, &b,
                         &o) == 7) {
-          std::printf("torch  %s %s: %.1f images/s (%.2f ms/step; medians: forward %.2f, backward %.2f, "
+          std::printf("torch  %s %s %s: %.1f images/s (%.2f ms/step; medians: forward %.2f, backward %.2f, "
                       "optimizer %.2f)\n",
-                      version, env.empty() ? "(default env)" : env.c_str(), rate, 1e3 * secs / double(steps), f, b,
-                      o);
-          if (rate > peer_rate) peer_rate = rate, peer_version = version, peer_env = env;
+                      version, format.c_str(), env.empty() ? "(default env)" : env.c_str(), rate,
+                      1e3 * secs / double(steps), f, b, o);
+          if (rate > peer_rate) peer_rate = rate, peer_version = version, peer_env = env, peer_format = format;
           return true;
         }
         double peak_mb = 0, start_mb = 0;
@@ -194,9 +202,10 @@ int main(int argc, char** argv) {
               "\"cudnn_benchmark\": %s, \"batch\": %lld, \"threads\": %d, \"ember_images_per_s\": %.1f, \"peer_images_per_s\": %.1f, \"ratio\": %.3f, "
               "\"ember_fwd_ms\": %.3f, \"ember_bwd_ms\": %.3f, \"ember_opt_ms\": %.3f, \"peer\": \"torch %s%s\", "
               "\"peer_blas\": \"%s\", \"ember_peak_rss_mb\": %.1f, \"ember_step_tensor_peak_mb\": %.1f, "
-              "\"peer_peak_rss_mb\": %.1f}\n",
+              "\"peer_peak_rss_mb\": %.1f, \"memory_format\": \"%s\", \"peer_memory_format\": \"%s\"}\n",
               a.device_name.c_str(), amp_mode.c_str(), cudnn_benchmark ? "true" : "false", (long long)batch, threads, ember_rate, peer_rate, peer_rate > 0 ? ember_rate / peer_rate : 0.0,
               median(fwd_ms), median(bwd_ms), median(opt_ms), peer_version.c_str(), peer_env.c_str(),
-              peer_blas.c_str(), ember_peak_rss_mb, ember_tensor_peak_mb, peer_peak_rss_mb);
+              peer_blas.c_str(), ember_peak_rss_mb, ember_tensor_peak_mb, peer_peak_rss_mb, memory_format.c_str(),
+              peer_format.c_str());
   return 0;
 }

@@ -3,13 +3,15 @@
 same way as ember's side.
 
     python3 bench/peers/resnet_peer.py --steps 20 --warmup 3 --batch-size 128 --threads 2 \
-        [--device cpu|cuda] [--amp off|bf16] [--cudnn-benchmark]
+        [--device cpu|cuda] [--amp off|bf16] [--cudnn-benchmark] [--memory-format contiguous|channels_last]
 
 Model (the same as examples/common/resnet_model.h): stem conv3x3(1->16, no bias)-BN-ReLU; three
 stages of two torchvision-style BasicBlocks with 16, 32, 64 channels (stride 2 and a 1x1 conv
 + BN shortcut at the start of stages 2 and 3); AdaptiveAvgPool2d(1); Linear(64, 10). Kaiming
 normal (fan_out, relu) convolutions. SGD (lr 0.1, momentum 0.9, Nesterov, weight decay 5e-4)
-and OneCycleLR stepped per batch; cross-entropy; a few random batches held in memory. After
+and OneCycleLR stepped per batch; cross-entropy; a few random batches held in memory
+(--memory-format channels_last: model and batches in torch.channels_last, PyTorch's advice
+for CNNs on the CPU, as ember's side does with its own channels_last). After
 --warmup steps it times --steps (on CUDA between two synchronizations; --amp bf16: forward and
 loss under torch.autocast; --cudnn-benchmark: torch.backends.cudnn.benchmark) and prints
 
@@ -78,6 +80,7 @@ def main():
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--amp", choices=("off", "bf16"), default="off")
     ap.add_argument("--cudnn-benchmark", action="store_true")
+    ap.add_argument("--memory-format", choices=("contiguous", "channels_last"), default="contiguous")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -86,11 +89,13 @@ def main():
     torch.backends.cudnn.benchmark = args.cudnn_benchmark
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     b = args.batch_size
-    model = ResNet().train().to(dev)
+    fmt = torch.channels_last if args.memory_format == "channels_last" else torch.contiguous_format
+    model = ResNet().train().to(dev).to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4, nesterov=True)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, epochs=1,
                                                 steps_per_epoch=args.warmup + args.steps + 1)
-    batches = [(torch.randn(b, 1, 28, 28, device=dev), torch.randint(0, 10, (b,), device=dev)) for _ in range(4)]
+    batches = [(torch.randn(b, 1, 28, 28, device=dev).contiguous(memory_format=fmt),
+                torch.randint(0, 10, (b,), device=dev)) for _ in range(4)]
     fwd, bwd, upd = [], [], []
 
     def step(i, timed):
