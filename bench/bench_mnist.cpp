@@ -5,14 +5,15 @@
 //
 //   build/bin/bench_mnist [--model mlp|cnn] [--steps N] [--batch-size B] [--device cpu|cuda]
 //                         [--threads T] [--python /usr/bin/python3] [--no-peer]
-//                         [--amp off|bf16|fp16]
+//                         [--amp off|bf16|fp16] [--profile N]
 //
 // --amp runs ember's forward and loss under amp::autocast (fp16 adds amp::GradScaler, whose
 // step reads one device flag per step), and the peer under torch.autocast (+ GradScaler for
 // fp16 on CUDA) with the same dtype.
 //
 // Prints ember's per-phase times (forward, backward, optimizer) to show where a step goes,
-// then one `result: {json}` line with both rates and ratio = ember / peer (> 1: ember faster).
+// with --profile N the profiler table (ops by self CPU or CUDA time) of N more eager ember
+// steps after timing, then one `result: {json}` line with both rates and ratio = ember / peer (> 1: ember faster).
 // On a CPU peer, Debian's torch uses whatever libblas.so.3 the system selects: install
 // libopenblas0-pthread or the peer runs on the reference BLAS and is over 10x slower; the peer
 // reports which one it ran on (bench/peers/peer_blas.py), the result line says it as
@@ -27,6 +28,7 @@
 #include <CLI/CLI.hpp>
 #include <ember/amp.h>
 #include <ember/ember.h>
+#include <ember/profiler.h>
 #include "../examples/common/cli_checks.h"
 
 using namespace ember;
@@ -74,7 +76,7 @@ double ms_since(Clock::time_point t) {
 int main(int argc, char** argv) {
   std::string model_name = "mlp", device_name = "cpu", python = "/usr/bin/python3", amp_mode = "off";
   std::string data_dir = std::string(EMBER_SOURCE_DIR) + "/data/mnist";
-  int64_t steps = 200, warmup = 10, batch = 128;
+  int64_t steps = 200, warmup = 10, batch = 128, profile_steps = 0;
   int threads = omp_get_max_threads();
   bool no_peer = false, cuda_graph = false;
   CLI::App app{"MNIST training throughput: ember vs PyTorch"};
@@ -91,6 +93,8 @@ int main(int argc, char** argv) {
                "ember's step captured in a CUDA graph after the warm-up and replayed (--device cuda, mlp)");
   app.add_option("--amp", amp_mode, "ember's mixed precision: off, bf16 (autocast), fp16 (autocast + GradScaler)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));
+  app.add_option("--profile", profile_steps, "after timing, profile this many eager ember steps and print the table")
+      ->check(ember::examples::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   if (cuda_graph && (device_name != "cuda" || model_name != "mlp")) {
     std::fprintf(stderr, "bench_mnist: --cuda-graph needs --device cuda and --model mlp (the cnn's dropout "
@@ -182,6 +186,16 @@ int main(int argc, char** argv) {
               model_name.c_str(), device_name.c_str(), cuda_graph ? " cuda-graph" : "", amp_mode.c_str(),
               (long long)batch, threads, real ? "MNIST" : "random", ember_rate, 1e3 * seconds / double(steps), t_fwd / double(steps),
               t_bwd / double(steps), t_opt / double(steps), loss.item<double>());
+  if (profile_steps > 0) {
+    profiler::Profiler prof;
+    prof.start();
+    for (int64_t i = 0; i < profile_steps; ++i) step(warmup + steps + i, false);
+    if (dev.is_cuda()) cuda::synchronize();
+    prof.stop();
+    std::printf("ember profile of %lld steps:\n%s", (long long)profile_steps,
+                prof.key_averages().table(dev.is_cuda() ? "self_cuda_time_total" : "self_cpu_time_total", 20).c_str());
+  }
+  std::fflush(stdout);
 
   // The peer at its best: Debian's torch with OpenBLAS runs each GEMM on OpenBLAS's own
   // threads on top of torch's OpenMP threads, which oversubscribes a small machine badly

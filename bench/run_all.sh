@@ -9,7 +9,8 @@
 # training step; bench_rnn, bench_attention, bench_transformer, bench_norm, bench_pool, bench_activation,
 # bench_sort, bench_indexing, bench_matmul, bench_generate), then bench/compile_time.sh, and prints the CPU
 # speed matrix of issue 23 (bench/cpu_matrix.py: each model row's ratio against its goal). The CPU peer
-# is only fair on an optimized BLAS: every result says its "peer_blas" (see the README).
+# is only fair on an optimized BLAS: every result says its "peer_blas" (see the README). The two
+# CNN rows (mnist-cnn, resnet) also print the profile of 3 more ember steps (op table) in their logs.
 # --gpu: the GPU rows only, in this order (the costliest peer last) —
 #   bench_gpt --preset gpt2-small --device cuda --amp bf16 -B 16 -T 1024   (eager torch peer),
 #   bench_attention --device cuda (bf16 against torch's flash SDPA), bench_matmul, bench_bandwidth,
@@ -22,6 +23,8 @@
 #   bench_gpt ... --compile (torch.compile peer), then bench_gpt ... --no-peer --profile 3
 #   (the per-op table of an eager step, by CUDA time); attention-dq-atomics is bench_attention
 #   --dq-atomics (the backward's dQ by atomics, as the peer's), only when asked by --only.
+# --only ROWS (CPU mode): a comma-separated subset of the CPU rows: mnist-mlp, mnist-cnn, gpt-tiny,
+#   gpt-char, gpt-mid, compile-time, and the other benchmarks by name without bench_ (resnet, rnn, ...).
 # --only ROWS (GPU mode): a comma-separated subset of those rows, by name: gpt, attention, matmul,
 #   bandwidth, mnist-mlp, mnist-mlp-graph, gpt-graph, mnist-cnn, resnet, resnet-benchmark,
 #   resnet-bf16, resnet-profile, generate, pathological, allocator, norm, sort, gpt-compile,
@@ -47,7 +50,7 @@ while [[ $# -gt 0 ]]; do
     --out) out="$2"; shift ;;
     --python) python="$2"; shift ;;
     --only) only="$2"; shift ;;
-    -h|--help) sed -n '2,28p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "run_all: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -117,20 +120,26 @@ if [[ $mode == gpu ]]; then
   want gpt-compile && run "${gpt[@]}" --compile
   want gpt-profile && run "${gpt[@]}" --no-peer --profile 3  # eager: each op's CUDA events
 else
+  want() { [[ -z $only || ",$only," == *",$1,"* ]]; }
   for b in "$bin"/bench_*; do
     [[ -x "$b" && -f "$b" ]] || continue
-    case "$(basename "$b")" in
-      bench_mnist) run "$b" --python "$python"; run "$b" --model cnn --python "$python" ;;
-      bench_gpt)  # the matrix's three GPT rows: tiny (the default), a character-level model, mid
-        run "$b" --python "$python"
-        run "$b" --n-layer 2 --n-head 4 --n-embd 128 --vocab 256 -B 32 -T 64 --python "$python"
-        run "$b" --n-layer 4 --n-head 4 --n-embd 256 -T 128 --steps 8 --python "$python" ;;
-      bench_matmul | bench_attention | bench_resnet | bench_rnn | bench_norm | bench_pool | bench_activation | \
-        bench_transformer | bench_sort | bench_indexing | bench_generate) run "$b" --python "$python" ;;
-      *) run "$b" ;;
+    name="$(basename "$b")"
+    name="${name#bench_}"
+    case "$name" in
+      mnist)
+        want mnist-mlp && run "$b" --python "$python"
+        want mnist-cnn && run "$b" --model cnn --python "$python" --profile 3 ;;
+      gpt)  # the matrix's three GPT rows: tiny (the default), a character-level model, mid
+        want gpt-tiny && run "$b" --python "$python"
+        want gpt-char && run "$b" --n-layer 2 --n-head 4 --n-embd 128 --vocab 256 -B 32 -T 64 --python "$python"
+        want gpt-mid && run "$b" --n-layer 4 --n-head 4 --n-embd 256 -T 128 --steps 8 --python "$python" ;;
+      resnet) want resnet && run "$b" --python "$python" --profile 3 ;;
+      matmul | attention | rnn | norm | pool | activation | transformer | sort | indexing | generate)
+        want "$name" && run "$b" --python "$python" ;;
+      *) want "$name" && run "$b" ;;
     esac
   done
-  run bash "$root/bench/compile_time.sh"
+  want compile-time && run bash "$root/bench/compile_time.sh"
 fi
 
 {
