@@ -12,7 +12,10 @@
 //
 //   bench_conv [--shapes "128,32,26,26,64,0;32,64,56,56,64,1"] [--samples 7]
 //              [--only im2col|winograd|onednn|auto] [--pass forward|"grad in"|"grad w"]
-//              (one algorithm or pass, to profile it)
+//              (one algorithm or pass, to profile it) [--memory-format contiguous|channels_last]
+//
+// --memory-format channels_last: the activations (x, and the output gradient) in NHWC (Note
+// [Memory format]), which oneDNN reads directly and Winograd and im2col through NCHW copies.
 #include <omp.h>
 
 #include <algorithm>
@@ -84,22 +87,26 @@ double max_rel_diff(const Tensor& a, const Tensor& b) {
 int main(int argc, char** argv) {
   std::string shapes = "128,32,26,26,64,0;32,64,56,56,64,1;16,128,28,28,128,1;128,16,28,28,16,1";
   int samples = 7;
-  std::string only, pass_name;
+  std::string only, pass_name, memory_format = "contiguous";
   CLI::App app{"CPU convolution: im2col + GEMM vs Winograd F(2x2,3x3) vs oneDNN vs the autotune's choice"};
   app.add_option("--shapes", shapes, "N,C,H,W,O,padding[,kernel,stride];...");
   app.add_option("--samples", samples)->check(ember::examples::PositiveNumber);
   app.add_option("--only", only, "time one algorithm only (for a profiler)")
       ->check(CLI::IsMember({"im2col", "winograd", "onednn", "auto"}));
   app.add_option("--pass", pass_name, "time one pass only")->check(CLI::IsMember({"forward", "grad in", "grad w"}));
+  app.add_option("--memory-format", memory_format, "the activations' layout")
+      ->check(CLI::IsMember({"contiguous", "channels_last"}));
   CLI11_PARSE(app, argc, argv);
+  const MemoryFormat format =
+      memory_format == "channels_last" ? MemoryFormat::channels_last : MemoryFormat::contiguous;
 
   const bool onednn = !ops::onednn_version().empty();
   std::vector<std::string> algorithms = {"im2col", "winograd"};
   if (onednn) algorithms.push_back("onednn");
   algorithms.push_back("auto");
   if (!only.empty()) algorithms = {only};
-  std::printf("%s, %d threads\n", onednn ? ops::onednn_version().c_str() : "no oneDNN in this build",
-              omp_get_max_threads());
+  std::printf("%s, %d threads, %s activations\n", onednn ? ops::onednn_version().c_str() : "no oneDNN in this build",
+              omp_get_max_threads(), memory_format.c_str());
   std::printf("%-30s %-8s", "x -> O (pad, kernel, stride)", "pass");
   for (const std::string& a : algorithms) std::printf(" %9s ms", a.c_str());
   std::printf("  %-24s %s\n", "auto chose", "rel diff (winograd, onednn)");
@@ -107,11 +114,11 @@ int main(int argc, char** argv) {
   std::vector<double> totals(algorithms.size(), 0.0);
   for (const Case& c : parse_cases(shapes)) {
     const ops::Conv2dParams p{{c.stride, c.stride}, {c.pad, c.pad}, {1, 1}, 1};
-    Tensor x = randn({c.N, c.C, c.H, c.W});
+    Tensor x = randn({c.N, c.C, c.H, c.W}).contiguous(format);
     Tensor w = randn({c.O, c.C, c.kernel, c.kernel}).mul(1.0 / std::sqrt(double(c.kernel * c.kernel * c.C)));
     const int64_t Ho = ops::conv_output_size(c.H, c.kernel, c.stride, c.pad, 1);
     const int64_t Wo = ops::conv_output_size(c.W, c.kernel, c.stride, c.pad, 1);
-    Tensor gy = randn({c.N, c.O, Ho, Wo});
+    Tensor gy = randn({c.N, c.O, Ho, Wo}).contiguous(format);
     const char* names[3] = {"forward", "grad in", "grad w"};
     const ops::ConvPass passes[3] = {ops::ConvPass::forward, ops::ConvPass::backward_input,
                                      ops::ConvPass::backward_weight};
@@ -140,7 +147,8 @@ int main(int argc, char** argv) {
         }
       }
       use("auto");
-      const std::string chose = ops::cpu_conv_algorithm(passes[pass], x.sizes(), w.sizes(), p);
+      const std::string chose =
+          ops::cpu_conv_algorithm(passes[pass], x.sizes(), w.sizes(), p, DType::f32, false, format);
       std::printf("%-30s %-8s", label, names[pass]);
       std::string row = str(json.size() > 1 ? ", " : "", "{\"shape\": \"", label, "\", \"pass\": \"", names[pass], "\"");
       for (size_t a = 0; a < algorithms.size(); ++a) {
@@ -160,7 +168,9 @@ int main(int argc, char** argv) {
   std::string total_json;
   for (size_t a = 0; a < algorithms.size(); ++a)
     total_json += str(a ? ", " : "", "\"", algorithms[a], "_total_ms\": ", totals[a]);
-  std::printf("result: {\"bench\": \"conv_cpu\", \"threads\": %d, \"onednn\": \"%s\", %s, \"rows\": %s]}\n",
-              omp_get_max_threads(), ops::onednn_version().c_str(), total_json.c_str(), json.c_str());
+  std::printf("result: {\"bench\": \"conv_cpu\", \"threads\": %d, \"onednn\": \"%s\", \"memory_format\": \"%s\", %s, "
+              "\"rows\": %s]}\n",
+              omp_get_max_threads(), ops::onednn_version().c_str(), memory_format.c_str(), total_json.c_str(),
+              json.c_str());
   return 0;
 }

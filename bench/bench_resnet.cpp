@@ -17,9 +17,8 @@
 // the forward and loss under autocast on both sides; --cudnn-benchmark turns on cuDNN's
 // measured algorithm choice on both sides (ops::set_cudnn_benchmark, torch.backends.cudnn.
 // benchmark; off, both take cuDNN's heuristics, PyTorch's default).
-// --memory-format: the activations' layout (Note [Memory format]; the example's default,
-// channels_last, on both sides: the batches converted, and on the peer the model too, as
-// PyTorch advises for CNNs on the CPU). On the CPU the peer runs in both layouts, each as is and
+// --memory-format: ember's activations' layout on the CPU (Note [Memory format]; the example's
+// default, channels_last: the batches converted); NCHW on CUDA, both sides. On the CPU the peer runs in both layouts, each as is and
 // with OPENBLAS_NUM_THREADS=1 (OpenBLAS's own threads on top of torch's OpenMP ones
 // oversubscribe a small machine), and the fastest of the four runs is the reference; "peer_blas" says which BLAS it ran on (bench/peers/peer_blas.py): "reference"
 // means Debian's torch found the netlib BLAS and the ratio is not against a fair peer. On CUDA
@@ -82,6 +81,9 @@ int main(int argc, char** argv) {
   const int threads = a.threads;
   const Device dev = a.device();
   const bool use_amp = amp_mode == "bf16";
+  // ember's CUDA convolutions read NCHW (channels_last is a CPU layout in ember today): on CUDA
+  // both sides run NCHW, whatever --memory-format says.
+  if (dev.is_cuda()) memory_format = "contiguous";
   ops::set_cudnn_benchmark(cudnn_benchmark);
 
   manual_seed(0);

@@ -9,10 +9,10 @@
 //   build/bin/resnet --limit 512 --epochs 2          # a quick smoke run on 512 images
 //   build/bin/resnet --export-onnx resnet.onnx       # then run it in ONNX Runtime (README)
 //
-// The batches go in as channels_last (--memory-format; Note [Memory format] in ember/tensor.h):
-// on the CPU the convolutions, batch norms and elementwise ops keep that NHWC layout, which
-// oneDNN's convolution kernels read without reordering. On CUDA the first convolution takes
-// them back to NCHW, which cuDNN gets today.
+// On the CPU the batches go in as channels_last (--memory-format; Note [Memory format] in
+// ember/tensor.h): the convolutions, batch norms and elementwise ops keep that NHWC layout,
+// which oneDNN's convolution kernels read without reordering. On CUDA they stay NCHW, the
+// layout ember's cuDNN convolutions take today.
 //
 // Per epoch it prints the mean training loss, images/s and the test loss and accuracy, and at
 // the end one `result: {json}` line.
@@ -57,8 +57,8 @@ struct Eval {
 };
 
 // Mean loss and accuracy over the first n images of a split, in eval mode (running BN stats).
-MemoryFormat memory_format_of(const std::string& name) {
-  return name == "channels_last" ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+MemoryFormat memory_format_of(const std::string& name, Device dev) {
+  return name == "channels_last" && dev.is_cpu() ? MemoryFormat::channels_last : MemoryFormat::contiguous;
 }
 
 Eval evaluate(ResNet& model, const data::Dataset& split, int64_t n, Device dev, bool use_amp, DType amp_dtype,
@@ -129,7 +129,7 @@ int run(const Config& cfg) {
     Tensor loss_sum = zeros({}, TensorOptions(DType::f64).device(dev));
     const auto t0 = std::chrono::steady_clock::now();
     for (auto& [x, y] : loader) {
-      Tensor xd = x.to(dev, true).contiguous(memory_format_of(cfg.memory_format)), yd = y.to(dev, true);
+      Tensor xd = x.to(dev, true).contiguous(memory_format_of(cfg.memory_format, dev)), yd = y.to(dev, true);
       Tensor loss;
       {
         amp::autocast ac(dev, amp_dtype, use_amp);
@@ -153,7 +153,7 @@ int run(const Config& cfg) {
                    (long long)epoch + 1);
       return 3;
     }
-    test = evaluate(model, test_set, n_test, dev, use_amp, amp_dtype, memory_format_of(cfg.memory_format));
+    test = evaluate(model, test_set, n_test, dev, use_amp, amp_dtype, memory_format_of(cfg.memory_format, dev));
     std::printf("epoch %lld/%lld  train loss %.4f  %.1f images/s  test loss %.4f  test acc %.2f%%\n",
                 (long long)epoch + 1, (long long)cfg.epochs, train_loss, images_per_s, test.loss,
                 100.0 * test.accuracy);
@@ -196,7 +196,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", cfg.seed, "seed for initialization and shuffling")->check(ex::Seed);
   app.add_option("--export-onnx", cfg.export_onnx,
                  "after training, write the model as ONNX to FILE (image pixels in [0, 1] -> logits)");
-  app.add_option("--memory-format", cfg.memory_format, "the batches' layout: channels_last or contiguous (NCHW)")
+  app.add_option("--memory-format", cfg.memory_format, "the batches' layout on the CPU: channels_last or contiguous (NCHW)")
       ->check(CLI::IsMember({"channels_last", "contiguous"}));
   app.add_flag("--cudnn-benchmark", cfg.cudnn_benchmark,
                "CUDA: time cuDNN's algorithms at each convolution shape's first use and run the fastest "
