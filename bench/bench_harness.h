@@ -16,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 #include <ember/ember.h>
+#include <ember/profiler.h>
 
 #include "gpu_timing.h"
 #include "../examples/common/cli_checks.h"
@@ -50,6 +51,20 @@ inline void reset_peak_rss() {
 
 // The true median (the mean of the middle two for an even count), unlike gpu_timing.h's
 // upper median: the CPU benches and their peers (statistics.median) compute the same number.
+// --profile N of the training-step benchmarks: runs step(i) for N more steps under the
+// profiler (after the timed ones) and prints the op table, by self CUDA time on a GPU.
+inline void print_step_profile(int64_t steps, int64_t first, Device dev, const std::function<void(int64_t)>& step,
+                               int rows) {
+  if (steps <= 0) return;
+  profiler::Profiler prof;
+  prof.start();
+  for (int64_t i = 0; i < steps; ++i) step(first + i);
+  if (dev.is_cuda()) cuda::synchronize();
+  prof.stop();
+  std::printf("ember profile of %lld steps:\n%s", (long long)steps,
+              prof.key_averages().table(dev.is_cuda() ? "self_cuda_time_total" : "self_cpu_time_total", rows).c_str());
+}
+
 inline double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();

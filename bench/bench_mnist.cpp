@@ -28,8 +28,7 @@
 #include <CLI/CLI.hpp>
 #include <ember/amp.h>
 #include <ember/ember.h>
-#include <ember/profiler.h>
-#include "../examples/common/cli_checks.h"
+#include "bench_harness.h"
 
 using namespace ember;
 
@@ -186,15 +185,7 @@ int main(int argc, char** argv) {
               model_name.c_str(), device_name.c_str(), cuda_graph ? " cuda-graph" : "", amp_mode.c_str(),
               (long long)batch, threads, real ? "MNIST" : "random", ember_rate, 1e3 * seconds / double(steps), t_fwd / double(steps),
               t_bwd / double(steps), t_opt / double(steps), loss.item<double>());
-  if (profile_steps > 0) {
-    profiler::Profiler prof;
-    prof.start();
-    for (int64_t i = 0; i < profile_steps; ++i) step(warmup + steps + i, false);
-    if (dev.is_cuda()) cuda::synchronize();
-    prof.stop();
-    std::printf("ember profile of %lld steps:\n%s", (long long)profile_steps,
-                prof.key_averages().table(dev.is_cuda() ? "self_cuda_time_total" : "self_cpu_time_total", 20).c_str());
-  }
+  bench::print_step_profile(profile_steps, warmup + steps, dev, [&](int64_t i) { step(i, false); }, 20);
   std::fflush(stdout);
 
   // The peer at its best: Debian's torch with OpenBLAS runs each GEMM on OpenBLAS's own

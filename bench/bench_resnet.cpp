@@ -150,15 +150,7 @@ int main(int argc, char** argv) {
                 "live at the peak: %.1f MB above the start\n",
                 ember_peak_rss_mb, ember_rss_start_mb, ember_tensor_peak_mb);
   }
-  if (profile_steps > 0) {
-    profiler::Profiler prof;
-    prof.start();
-    for (int64_t i = 0; i < profile_steps; ++i) step(warmup + steps + i, false);
-    if (dev.is_cuda()) cuda::synchronize();
-    prof.stop();
-    std::printf("ember profile of %d steps:\n%s", profile_steps,
-                prof.key_averages().table(dev.is_cuda() ? "self_cuda_time_total" : "self_cpu_time_total", 25).c_str());
-  }
+  bench::print_step_profile(profile_steps, warmup + steps, dev, [&](int64_t i) { step(i, false); }, 25);
   std::fflush(stdout);
 
   double peer_rate = 0, peer_peak_rss_mb = 0;

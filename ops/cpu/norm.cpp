@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "eigen_util.h"
@@ -128,6 +129,30 @@ void parallel_items(int64_t n, int64_t work_per_item, F&& body) {
 
 // ---- batch norm ----
 
+// One channel's statistics, finished: in training from its batch (mean mu and sum of squared
+// deviations m2 over M values; the running statistics updated with the unbiased variance), else
+// its running estimates. Writes the saved mean and invstd and returns the normalization as the
+// affine {scale, shift} (the weight and bias folded in).
+template <class C>
+std::pair<double, double> finish_channel(int64_t c, bool training, double mu, double m2, int64_t M, double momentum,
+                                         double eps, const C* w, const C* b, C* mp, C* ip, C* rm, C* rv) {
+  double is;
+  if (training) {
+    is = 1.0 / std::sqrt(m2 / double(M) + eps);
+    if (rm) {
+      rm[c] = C((1.0 - momentum) * double(rm[c]) + momentum * mu);
+      rv[c] = C((1.0 - momentum) * double(rv[c]) + momentum * m2 / double(M - 1));
+    }
+  } else {
+    mu = double(rm[c]);
+    is = 1.0 / std::sqrt(double(rv[c]) + eps);
+  }
+  mp[c] = C(mu);
+  ip[c] = C(is);
+  const double scale = is * (w ? double(w[c]) : 1.0);
+  return {scale, (b ? double(b[c]) : 0.0) - mu * scale};
+}
+
 // Rows [M, C] with the channels innermost: BatchNorm1d's [N, C] input (HW == 1) and a
 // channels_last [N, C, H, W] (Note [Memory format]) as [N*H*W, C]. The rows are cut into
 // chunks of kRowChunk (a fixed cut, so results do not depend on the thread count); each
@@ -181,22 +206,10 @@ void batch_norm_fwd_rows(const S* xp, S* yp, const compute_t<S>* w, const comput
   }
   std::vector<C> scale(static_cast<size_t>(Cn)), shift(static_cast<size_t>(Cn));
   for (int64_t c = 0; c < Cn; ++c) {
-    double mu = mean[size_t(c)], is;
-    if (training) {
-      is = 1.0 / std::sqrt(m2[size_t(c)] / double(M) + eps);
-      if (rm) {
-        rm[c] = C((1.0 - momentum) * double(rm[c]) + momentum * mu);
-        rv[c] = C((1.0 - momentum) * double(rv[c]) + momentum * m2[size_t(c)] / double(M - 1));
-      }
-    } else {
-      mu = double(rm[c]);
-      is = 1.0 / std::sqrt(double(rv[c]) + eps);
-    }
-    mp[c] = C(mu);
-    ip[c] = C(is);
-    const double sc = is * (w ? double(w[c]) : 1.0);
+    const auto [sc, sh] =
+        finish_channel<C>(c, training, mean[size_t(c)], m2[size_t(c)], M, momentum, eps, w, b, mp, ip, rm, rv);
     scale[size_t(c)] = C(sc);
-    shift[size_t(c)] = C((b ? double(b[c]) : 0.0) - mu * sc);
+    shift[size_t(c)] = C(sh);
   }
   const C* a = scale.data();
   const C* s = shift.data();
@@ -277,28 +290,16 @@ void batch_norm_fwd(const Tensor& x, const Tensor& weight, const Tensor& bias, c
   const int64_t M = N * HW;
   parallel_items(Cn, M, [&](int64_t c) {
     Buffer<C> buf;
-    double mu, is;
+    double mu = 0, sq = 0;
     const Planes<C> pl = channel<C>(xp, c, N, Cn, HW, buf);
     if (training) {
       const C K = M > 0 ? pl.seg(0)[0] : C(0);
       double total = 0;
       for (int64_t n = 0; n < N; ++n) total += long_sum(pl.seg(n), HW, K);
       mu = double(K) + total / double(M);
-      double sq = 0;
       for (int64_t n = 0; n < N; ++n) sq += long_sq(pl.seg(n), HW, C(mu));
-      is = 1.0 / std::sqrt(sq / double(M) + eps);
-      if (rm) {
-        rm[c] = C((1.0 - momentum) * double(rm[c]) + momentum * mu);
-        rv[c] = C((1.0 - momentum) * double(rv[c]) + momentum * sq / double(M - 1));
-      }
-    } else {
-      mu = double(rm[c]);
-      is = 1.0 / std::sqrt(double(rv[c]) + eps);
     }
-    mp[c] = C(mu);
-    ip[c] = C(is);
-    const double scale = is * (w ? double(w[c]) : 1.0);
-    const double shift = (b ? double(b[c]) : 0.0) - mu * scale;
+    const auto [scale, shift] = finish_channel<C>(c, training, mu, sq, M, momentum, eps, w, b, mp, ip, rm, rv);
     for (int64_t n = 0; n < N; ++n)
       affine_store(pl.seg(n), yp + (n * Cn + c) * HW, HW, C(scale), C(shift));
   });
