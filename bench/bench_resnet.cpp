@@ -18,11 +18,13 @@
 // measured algorithm choice on both sides (ops::set_cudnn_benchmark, torch.backends.cudnn.
 // benchmark; off, both take cuDNN's heuristics, PyTorch's default).
 // --memory-format: ember's activations' layout on the CPU (Note [Memory format]; the example's
-// default, channels_last: the batches converted); NCHW on CUDA, both sides. On the CPU the peer runs in both layouts, each as is and
-// with OPENBLAS_NUM_THREADS=1 (OpenBLAS's own threads on top of torch's OpenMP ones
-// oversubscribe a small machine), and the fastest of the four runs is the reference; "peer_blas" says which BLAS it ran on (bench/peers/peer_blas.py): "reference"
-// means Debian's torch found the netlib BLAS and the ratio is not against a fair peer. On CUDA
-// the peer runs once.
+// default, channels_last: the batches converted); NCHW on CUDA, both sides. On the CPU the
+// peer runs in both layouts (channels_last: model and batches, PyTorch's advice for CPU CNNs),
+// each as is and with OPENBLAS_NUM_THREADS=1 (OpenBLAS's own threads on top of torch's OpenMP
+// ones oversubscribe a small machine), and the fastest of the four runs is the reference;
+// "peer_blas" says which BLAS it ran on (bench/peers/peer_blas.py): "reference" means
+// Debian's torch found the netlib BLAS and the ratio is not against a fair peer. On CUDA the
+// peer runs once.
 #include <omp.h>
 
 #include <algorithm>
@@ -133,7 +135,8 @@ int main(int argc, char** argv) {
   std::printf("ember  resnet %s %s amp %s%s batch %lld, %d threads: %.1f images/s (%.2f ms/step; medians%s: forward "
               "%.2f, backward %.2f, optimizer %.2f), loss %.4f\n",
               a.device_name.c_str(), memory_format.c_str(), amp_mode.c_str(),
-              cudnn_benchmark ? " cudnn-benchmark" : "", (long long)batch, threads, ember_rate, 1e3 * seconds / double(steps), dev.is_cuda() ? " of the host's time to issue" : "",
+              cudnn_benchmark ? " cudnn-benchmark" : "", (long long)batch, threads, ember_rate,
+              1e3 * seconds / double(steps), dev.is_cuda() ? " of the host's time to issue" : "",
               median(fwd_ms), median(bwd_ms), median(opt_ms), loss.item<double>());
   // The memory of one more step (CPU): the process's peak resident set (reset at the step's
   // start) and the peak of ember's live tensor and workspace bytes above the step's start.
@@ -159,7 +162,7 @@ int main(int argc, char** argv) {
     const std::vector<std::string> envs =
         dev.is_cuda() ? std::vector<std::string>{""} : std::vector<std::string>{"", "OPENBLAS_NUM_THREADS=1 "};
     const std::vector<std::string> formats =
-        dev.is_cuda() ? std::vector<std::string>{memory_format} : std::vector<std::string>{"contiguous", "channels_last"};
+        dev.is_cuda() ? std::vector<std::string>{"contiguous"} : std::vector<std::string>{"contiguous", "channels_last"};
     for (const std::string& format : formats)
     for (const std::string& env : envs) {
       const std::string args = " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup) +

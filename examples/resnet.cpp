@@ -196,7 +196,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", cfg.seed, "seed for initialization and shuffling")->check(ex::Seed);
   app.add_option("--export-onnx", cfg.export_onnx,
                  "after training, write the model as ONNX to FILE (image pixels in [0, 1] -> logits)");
-  app.add_option("--memory-format", cfg.memory_format, "the batches' layout on the CPU: channels_last or contiguous (NCHW)")
+  app.add_option("--memory-format", cfg.memory_format,
+                 "the batches' layout on the CPU: channels_last or contiguous (NCHW)")
       ->check(CLI::IsMember({"channels_last", "contiguous"}));
   app.add_flag("--cudnn-benchmark", cfg.cudnn_benchmark,
                "CUDA: time cuDNN's algorithms at each convolution shape's first use and run the fastest "

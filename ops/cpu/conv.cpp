@@ -1,9 +1,9 @@
 // CPU conv2d (im2col + GEMM) and max_pool2d, forward and backward.
 //
 // Invariants: buffers are dense NCHW (the front made them contiguous), or for channels_last
-// activations dense NHWC, which only oneDNN reads as such (Note [CPU convolution algorithms]). Per sample and per
-// group, the convolution is one GEMM: y_g[Og, Ho*Wo] = w_g[Og, Cg*kH*kW] @ col[Cg*kH*kW, Ho*Wo],
-// where col is the im2col unfolding of that sample's group of channels (padding reads as 0).
+// activations dense NHWC, which only oneDNN reads as such (Note [CPU convolution algorithms]).
+// Per sample and per group, the convolution is one GEMM:
+// y_g[Og, Ho*Wo] = w_g[Og, Cg*kH*kW] @ col[Cg*kH*kW, Ho*Wo], where col is the im2col unfolding of that sample's group of channels (padding reads as 0).
 // A 1x1, stride-1, unpadded convolution needs no unfolding: the input plane already is col.
 // The backward passes reuse the same GEMM with transposed operands (mapped in place, not
 // copied): dcol = w_g^T @ dy_g folded back by col2im, and dw_g += dy_g @ col^T.
