@@ -69,8 +69,8 @@ Tensor grad_arg(const char* op, const Tensor& grad, const Tensor& x,
 MemoryFormat cpu_format(const Tensor& x) {
   return x.is_cpu() ? x.suggest_memory_format() : MemoryFormat::contiguous;
 }
-Nchw kernel_geometry(const Tensor& x, const Nchw& g) {
-  if (cpu_format(x) == MemoryFormat::channels_last) return {g.N * g.HW, g.C, 1};
+Nchw kernel_geometry(MemoryFormat format, const Nchw& g) {
+  if (format == MemoryFormat::channels_last) return {g.N * g.HW, g.C, 1};
   return g;
 }
 
@@ -117,9 +117,10 @@ BatchNormForward batch_norm_forward(const Tensor& x, const Tensor& weight, const
   const Tensor rv = running_arg(op, running_var, "running_var", x, g.C);
 
   const DType st = stats_dtype(x.dtype());
-  const Nchw k = kernel_geometry(x, g);
+  const MemoryFormat format = cpu_format(x);
+  const Nchw k = kernel_geometry(format, g);
   BatchNormForward out;
-  out.y = detail::make_tensor(x.sizes(), x.dtype(), x.device(), cpu_format(x));
+  out.y = detail::make_tensor(x.sizes(), x.dtype(), x.device(), format);
   out.mean = detail::make_tensor({g.C}, st, x.device());
   out.invstd = detail::make_tensor({g.C}, st, x.device());
   if (g.C == 0) return out;
@@ -128,7 +129,7 @@ BatchNormForward batch_norm_forward(const Tensor& x, const Tensor& weight, const
     fill_(out.invstd, std::numeric_limits<double>::quiet_NaN());
     return out;
   }
-  EMBER_DISPATCH_KERNEL(x.device(), batch_norm_fwd_kernel, contiguous(x, cpu_format(x)), w, b, out.y, out.mean,
+  EMBER_DISPATCH_KERNEL(x.device(), batch_norm_fwd_kernel, contiguous(x, format), w, b, out.y, out.mean,
                         out.invstd, rm, rv, k.N, k.C, k.HW, training, momentum, eps);
   if (training) {
     finish_running(running_mean, rm);
@@ -142,12 +143,13 @@ NormBackward batch_norm_backward(const Tensor& grad, const Tensor& x, const Tens
                                  std::array<bool, 3> needs) {
   const char* op = "batch_norm_backward";
   const Nchw g = nchw(op, x);
-  const Tensor gr = grad_arg(op, grad, x, cpu_format(x));
+  const MemoryFormat format = cpu_format(x);
+  const Tensor gr = grad_arg(op, grad, x, format);
   const Tensor w = param_arg(op, weight, "weight", x, {g.C});
   const DType st = stats_dtype(x.dtype());
-  const Nchw k = kernel_geometry(x, g);
+  const Nchw k = kernel_geometry(format, g);
   NormBackward out;
-  if (needs[0]) out.dx = detail::make_tensor(x.sizes(), x.dtype(), x.device(), cpu_format(x));
+  if (needs[0]) out.dx = detail::make_tensor(x.sizes(), x.dtype(), x.device(), format);
   if (needs[1]) out.dweight = detail::make_tensor({g.C}, st, x.device());
   if (needs[2]) out.dbias = detail::make_tensor({g.C}, st, x.device());
   if (x.numel() == 0) {
@@ -155,7 +157,7 @@ NormBackward batch_norm_backward(const Tensor& grad, const Tensor& x, const Tens
     if (needs[2]) fill_(out.dbias, 0);
     return out;
   }
-  EMBER_DISPATCH_KERNEL(x.device(), batch_norm_bwd_kernel, gr, contiguous(x, cpu_format(x)), w, mean, invstd,
+  EMBER_DISPATCH_KERNEL(x.device(), batch_norm_bwd_kernel, gr, contiguous(x, format), w, mean, invstd,
                         out.dx, out.dweight, out.dbias, k.N, k.C, k.HW, training);
   return out;
 }
